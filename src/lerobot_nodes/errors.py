@@ -1,0 +1,39 @@
+"""Exceptions raised by lerobot_nodes.
+
+Every error names what it concerns (file, episode, option) so a user can act on it
+without reading a traceback.
+"""
+
+from __future__ import annotations
+
+
+class LeRobotNodesError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class SourceError(LeRobotNodesError):
+    """A dataset file could not be listed or read from its byte source."""
+
+
+class SourceFileNotFoundError(SourceError, FileNotFoundError):
+    """A file the dataset needs is missing from its byte source."""
+
+
+class MetadataError(LeRobotNodesError, ValueError):
+    """LeRobot v3 metadata is missing, malformed or inconsistent."""
+
+
+class UnsupportedVersionError(MetadataError):
+    """The dataset is not a LeRobotDataset v3.x (for example a v2.1 dataset)."""
+
+
+class VideoIndexError(LeRobotNodesError, ValueError):
+    """An MP4 file cannot be indexed: unsupported layout, truncated or inconsistent tables."""
+
+
+class FrameTimestampError(LeRobotNodesError, ValueError):
+    """A query timestamp has no decoded frame within `tolerance_s` (LeRobot's FrameTimestampError)."""
+
+
+class ConfigError(LeRobotNodesError, ValueError):
+    """An option has an impossible value."""
