@@ -1,0 +1,465 @@
+"""LeRobotDataset v3.0 metadata, read through a :class:`~lerobot_nodes.sources.ByteSource`.
+
+:func:`load_meta` reads ``meta/info.json``, every ``meta/episodes/chunk-*/file-*.parquet``,
+``meta/tasks.parquet`` and ``meta/stats.json`` and checks them against each other. Episodes
+are held column-wise (numpy arrays), so a dataset with a million episodes stays compact.
+Every error names the file (and episode) it concerns.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import MetadataError, SourceFileNotFoundError, UnsupportedVersionError
+from .sources import ByteSource
+
+INFO_PATH = "meta/info.json"
+STATS_PATH = "meta/stats.json"
+TASKS_PATH = "meta/tasks.parquet"
+EPISODES_DIR = "meta/episodes/"
+LEGACY_EPISODES_PATH = "meta/episodes.jsonl"
+
+DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+_EPISODE_FILE_PATTERN = re.compile(r"^meta/episodes/chunk-\d+/file-\d+\.parquet$")
+# Episode spans are float seconds accumulated over many encodes; allow this much slack when
+# checking that consecutive spans in one video file meet.
+_SPAN_SLACK_S = 1e-4
+
+
+@dataclass(frozen=True)
+class VideoSpans:
+    """Where one camera's frames of every episode live: file and time span inside it."""
+
+    chunk_index: np.ndarray
+    file_index: np.ndarray
+    from_timestamp: np.ndarray
+    to_timestamp: np.ndarray
+
+
+@dataclass(frozen=True)
+class EpisodeTable:
+    """The selected columns of ``meta/episodes``, one entry per episode, positional."""
+
+    episode_index: np.ndarray
+    length: np.ndarray
+    dataset_from_index: np.ndarray
+    dataset_to_index: np.ndarray
+    data_chunk_index: np.ndarray
+    data_file_index: np.ndarray
+    tasks: list[list[str]]
+    videos: dict[str, VideoSpans]
+
+    def __len__(self) -> int:
+        return len(self.episode_index)
+
+
+@dataclass
+class DatasetMeta:
+    """Everything a reader needs to know about a v3 dataset before touching its payload."""
+
+    source: ByteSource
+    info: dict[str, Any]
+    episodes: EpisodeTable
+    tasks: list[str]
+    stats: dict[str, dict[str, np.ndarray]] | None
+    repo_id: str | None = None
+    _data_file_cache: dict[int, str] = field(default_factory=dict, repr=False)
+
+    # -- info.json fields ------------------------------------------------------------
+    @property
+    def fps(self) -> int:
+        return int(self.info["fps"])
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self.info["features"]
+
+    @property
+    def codebase_version(self) -> str:
+        return str(self.info["codebase_version"])
+
+    @property
+    def total_episodes(self) -> int:
+        return int(self.info["total_episodes"])
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.info["total_frames"])
+
+    @property
+    def total_tasks(self) -> int:
+        return int(self.info["total_tasks"])
+
+    @property
+    def robot_type(self) -> str | None:
+        return self.info.get("robot_type")
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] == "video"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] == "image"]
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] in ("video", "image")]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        return [k for k in self.camera_keys if _is_depth(self.features[k])]
+
+    # -- file locations --------------------------------------------------------------
+    def data_file(self, episode: int) -> str:
+        """Path of the data Parquet file holding ``episode``'s rows."""
+        return str(self.info["data_path"]).format(
+            chunk_index=int(self.episodes.data_chunk_index[episode]),
+            file_index=int(self.episodes.data_file_index[episode]),
+        )
+
+    def video_file(self, episode: int, video_key: str) -> str:
+        """Path of the MP4 holding ``episode``'s frames of camera ``video_key``."""
+        spans = self.episodes.videos[video_key]
+        return str(self.info["video_path"]).format(
+            video_key=video_key,
+            chunk_index=int(spans.chunk_index[episode]),
+            file_index=int(spans.file_index[episode]),
+        )
+
+    def video_span(self, episode: int, video_key: str) -> tuple[float, float]:
+        """``(from_timestamp, to_timestamp)`` of ``episode`` inside its MP4, in seconds."""
+        spans = self.episodes.videos[video_key]
+        return float(spans.from_timestamp[episode]), float(spans.to_timestamp[episode])
+
+    def episode_bounds(self, episode: int) -> tuple[int, int]:
+        """Global ``index`` range ``[from, to)`` of ``episode``'s frames."""
+        return int(self.episodes.dataset_from_index[episode]), int(self.episodes.dataset_to_index[episode])
+
+    def task(self, task_index: int) -> str:
+        try:
+            return self.tasks[task_index]
+        except IndexError:
+            raise MetadataError(
+                f"task_index {task_index} is not in {TASKS_PATH} ({len(self.tasks)} tasks)"
+            ) from None
+
+    def data_files(self, episodes: Iterable[int] | None = None) -> list[str]:
+        """Sorted distinct data files of ``episodes`` (all episodes when ``None``)."""
+        chosen = range(len(self.episodes)) if episodes is None else episodes
+        return sorted({self.data_file(int(e)) for e in chosen})
+
+    def video_files(self, episodes: Iterable[int] | None = None) -> list[str]:
+        chosen = list(range(len(self.episodes)) if episodes is None else episodes)
+        return sorted({self.video_file(int(e), k) for k in self.video_keys for e in chosen})
+
+    def summary(self) -> str:
+        lines = [
+            f"LeRobotDataset {self.codebase_version} at {self.source.url}",
+            f"  episodes: {self.total_episodes}, frames: {self.total_frames}, fps: {self.fps}, "
+            f"tasks: {self.total_tasks}, robot: {self.robot_type}",
+            f"  cameras: {', '.join(self.camera_keys) or '(none)'}",
+            f"  data files: {len(self.data_files())}, video files: {len(self.video_files())}",
+        ]
+        for key, feature in self.features.items():
+            lines.append(f"    {key}: {feature['dtype']} {tuple(feature.get('shape') or ())}")
+        return "\n".join(lines)
+
+
+def _is_depth(feature: dict[str, Any]) -> bool:
+    info = feature.get("info") or {}
+    legacy = feature.get("video_info") or {}
+    return bool(info.get("is_depth_map") or info.get("video.is_depth_map") or legacy.get("video.is_depth_map"))
+
+
+# -- loading -------------------------------------------------------------------------
+
+
+def load_meta(source: ByteSource, repo_id: str | None = None, check_files: bool = True) -> DatasetMeta:
+    """Read and cross-check the v3 metadata of the dataset behind ``source``.
+
+    With ``check_files`` every data and video file the episodes point to must appear in the
+    source's listing (one listing call, no payload read).
+    """
+    info = load_info(source)
+    episodes = load_episodes(source, info)
+    tasks = load_tasks(source, info)
+    stats = load_stats(source)
+    meta = DatasetMeta(source=source, info=info, episodes=episodes, tasks=tasks, stats=stats, repo_id=repo_id)
+    _check_totals(meta)
+    if check_files:
+        _check_files_exist(meta)
+    return meta
+
+
+def _read_json(source: ByteSource, path: str) -> Any:
+    raw = source.read_file(path)
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MetadataError(f"{path} in {source.url} is not valid JSON: {exc}") from None
+
+
+def load_info(source: ByteSource) -> dict[str, Any]:
+    """``meta/info.json`` as a dict, after checking the format version and required fields."""
+    try:
+        info = _read_json(source, INFO_PATH)
+    except SourceFileNotFoundError:
+        raise MetadataError(
+            f"{INFO_PATH} not found in {source.url}: this is not a LeRobotDataset root "
+            "(expected meta/info.json, meta/episodes/, data/ and videos/)"
+        ) from None
+    if not isinstance(info, dict):
+        raise MetadataError(f"{INFO_PATH} in {source.url} must hold a JSON object, got {type(info).__name__}")
+    version = str(info.get("codebase_version", ""))
+    match = re.fullmatch(r"v?(\d+)(?:\.(\d+))?.*", version)
+    if not match:
+        raise MetadataError(f"{INFO_PATH} in {source.url} has no valid codebase_version (got {version!r})")
+    major = int(match.group(1))
+    if major < 3:
+        raise UnsupportedVersionError(
+            f"{source.url} is a LeRobotDataset {version} (codebase_version in {INFO_PATH}); "
+            "lerobot_nodes reads v3.0 only. Convert it first with LeRobot's converter: "
+            "python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=OWNER/DATASET"
+        )
+    if major > 3:
+        raise UnsupportedVersionError(
+            f"{source.url} is a LeRobotDataset {version} ({INFO_PATH}); this lerobot_nodes reads v3.x. "
+            "Upgrade lerobot_nodes."
+        )
+    required = {"fps": int, "features": dict, "total_episodes": int, "total_frames": int, "data_path": str}
+    for key, kind in required.items():
+        if not isinstance(info.get(key), kind):
+            raise MetadataError(
+                f"{INFO_PATH} in {source.url}: field {key!r} must be {kind.__name__}, got {info.get(key)!r}"
+            )
+    if info["fps"] <= 0:
+        raise MetadataError(f"{INFO_PATH} in {source.url}: fps must be > 0, got {info['fps']}")
+    for key, feature in info["features"].items():
+        if not isinstance(feature, dict) or "dtype" not in feature:
+            raise MetadataError(f"{INFO_PATH} in {source.url}: feature {key!r} has no dtype")
+    has_video = any(f["dtype"] == "video" for f in info["features"].values())
+    if has_video and not isinstance(info.get("video_path"), str):
+        raise MetadataError(f"{INFO_PATH} in {source.url}: video features need a 'video_path' template")
+    info.setdefault("total_tasks", 0)
+    info.setdefault("chunks_size", 1000)
+    return info
+
+
+def _read_parquet(source: ByteSource, path: str, columns: Sequence[str] | None = None) -> pa.Table:
+    raw = source.read_file(path)
+    try:
+        return pq.read_table(io.BytesIO(raw), columns=list(columns) if columns is not None else None)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise MetadataError(f"{path} in {source.url} is not a readable Parquet file: {exc}") from None
+
+
+def _int_column(table: pa.Table, name: str, path: str) -> np.ndarray:
+    if name not in table.column_names:
+        raise MetadataError(f"{path}: required column {name!r} is missing")
+    column = table.column(name)
+    if column.null_count:
+        raise MetadataError(f"{path}: column {name!r} has {column.null_count} missing values")
+    return np.asarray(column.to_numpy(), dtype=np.int64)
+
+
+def _float_column(table: pa.Table, name: str, path: str) -> np.ndarray:
+    if name not in table.column_names:
+        raise MetadataError(f"{path}: required column {name!r} is missing")
+    return np.asarray(table.column(name).to_numpy(), dtype=np.float64)
+
+
+def load_episodes(source: ByteSource, info: dict[str, Any]) -> EpisodeTable:
+    """Every ``meta/episodes`` file, concatenated in path order; ``stats/`` columns dropped."""
+    files = [f.path for f in source.list_files(EPISODES_DIR) if _EPISODE_FILE_PATTERN.match(f.path)]
+    if not files:
+        hint = ""
+        if source.exists(LEGACY_EPISODES_PATH):
+            hint = " (found meta/episodes.jsonl: this looks like a v2.x dataset; convert it to v3.0)"
+        raise MetadataError(f"no meta/episodes/chunk-*/file-*.parquet files in {source.url}{hint}")
+    video_keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    columns: dict[str, list[np.ndarray]] = {}
+    tasks: list[list[str]] = []
+    int_names = [
+        "episode_index", "length", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index",
+    ]
+    for key in video_keys:
+        int_names += [f"videos/{key}/chunk_index", f"videos/{key}/file_index"]
+    float_names = [name for key in video_keys for name in (f"videos/{key}/from_timestamp", f"videos/{key}/to_timestamp")]
+    for path in files:
+        table = _read_parquet(source, path)
+        for name in int_names:
+            columns.setdefault(name, []).append(_int_column(table, name, path))
+        for name in float_names:
+            columns.setdefault(name, []).append(_float_column(table, name, path))
+        if "tasks" in table.column_names:
+            tasks.extend([list(t or []) for t in table.column("tasks").to_pylist()])
+        else:
+            tasks.extend([[] for _ in range(table.num_rows)])
+    merged = {name: np.concatenate(parts) for name, parts in columns.items()}
+    episode_index = merged["episode_index"]
+    expected = np.arange(len(episode_index))
+    if not np.array_equal(episode_index, expected):
+        bad = int(np.flatnonzero(episode_index != expected)[0])
+        raise MetadataError(
+            f"meta/episodes rows must be ordered by episode_index 0..N-1: row {bad} holds episode "
+            f"{int(episode_index[bad])} (files {', '.join(files)})"
+        )
+    videos = {
+        key: VideoSpans(
+            chunk_index=merged[f"videos/{key}/chunk_index"],
+            file_index=merged[f"videos/{key}/file_index"],
+            from_timestamp=merged[f"videos/{key}/from_timestamp"],
+            to_timestamp=merged[f"videos/{key}/to_timestamp"],
+        )
+        for key in video_keys
+    }
+    table = EpisodeTable(
+        episode_index=episode_index,
+        length=merged["length"],
+        dataset_from_index=merged["dataset_from_index"],
+        dataset_to_index=merged["dataset_to_index"],
+        data_chunk_index=merged["data/chunk_index"],
+        data_file_index=merged["data/file_index"],
+        tasks=tasks,
+        videos=videos,
+    )
+    _check_episode_rows(table)
+    return table
+
+
+def _check_episode_rows(table: EpisodeTable) -> None:
+    spans = table.dataset_to_index - table.dataset_from_index
+    bad = np.flatnonzero((spans != table.length) | (table.length <= 0) | (table.dataset_from_index < 0))
+    if len(bad):
+        e = int(bad[0])
+        raise MetadataError(
+            f"meta/episodes: episode {e} has length {int(table.length[e])} but rows "
+            f"[{int(table.dataset_from_index[e])}, {int(table.dataset_to_index[e])})"
+        )
+    gaps = np.flatnonzero(table.dataset_from_index[1:] != table.dataset_to_index[:-1])
+    if len(gaps):
+        e = int(gaps[0]) + 1
+        raise MetadataError(
+            f"meta/episodes: episode {e} starts at row {int(table.dataset_from_index[e])} but episode "
+            f"{e - 1} ends at row {int(table.dataset_to_index[e - 1])}; episode rows must be contiguous"
+        )
+    for key, video in table.videos.items():
+        bad = np.flatnonzero(
+            ~np.isfinite(video.from_timestamp)
+            | ~np.isfinite(video.to_timestamp)
+            | (video.from_timestamp < 0)
+            | (video.to_timestamp <= video.from_timestamp)
+        )
+        if len(bad):
+            e = int(bad[0])
+            raise MetadataError(
+                f"meta/episodes: episode {e} has an empty or negative video span for {key}: "
+                f"[{video.from_timestamp[e]}, {video.to_timestamp[e]})"
+            )
+
+
+def load_tasks(source: ByteSource, info: dict[str, Any]) -> list[str]:
+    """Task strings by position (row i holds ``task_index == i``)."""
+    try:
+        table = _read_parquet(source, TASKS_PATH)
+    except SourceFileNotFoundError:
+        if int(info.get("total_tasks", 0)) == 0:
+            return []
+        raise MetadataError(f"{TASKS_PATH} not found in {source.url} but info.json declares tasks") from None
+    names = table.column_names
+    task_column = "task" if "task" in names else "__index_level_0__" if "__index_level_0__" in names else None
+    if task_column is None or "task_index" not in names:
+        raise MetadataError(f"{TASKS_PATH}: expected columns 'task' (or the pandas index) and 'task_index', got {names}")
+    task_index = _int_column(table, "task_index", TASKS_PATH)
+    if not np.array_equal(task_index, np.arange(len(task_index))):
+        raise MetadataError(f"{TASKS_PATH}: row i must hold task_index i, got {task_index.tolist()[:10]}...")
+    return [str(t) for t in table.column(task_column).to_pylist()]
+
+
+def load_stats(source: ByteSource) -> dict[str, dict[str, np.ndarray]] | None:
+    """``meta/stats.json`` as nested numpy arrays, or ``None`` when the file is absent."""
+    try:
+        raw = _read_json(source, STATS_PATH)
+    except SourceFileNotFoundError:
+        return None
+    if not isinstance(raw, dict):
+        raise MetadataError(f"{STATS_PATH} in {source.url} must hold a JSON object")
+    stats: dict[str, dict[str, np.ndarray]] = {}
+    for key, per_stat in raw.items():
+        if not isinstance(per_stat, dict):
+            raise MetadataError(f"{STATS_PATH}: entry {key!r} must be an object of statistics")
+        stats[key] = {name: np.atleast_1d(np.asarray(value)) for name, value in per_stat.items()}
+    return stats
+
+
+def _check_totals(meta: DatasetMeta) -> None:
+    episodes = meta.episodes
+    problems = []
+    if meta.total_episodes != len(episodes):
+        problems.append(f"total_episodes is {meta.total_episodes} but meta/episodes has {len(episodes)} rows")
+    frames = int(episodes.length.sum())
+    if meta.total_frames != frames:
+        problems.append(f"total_frames is {meta.total_frames} but the episode lengths sum to {frames}")
+    if meta.tasks and meta.total_tasks != len(meta.tasks):
+        problems.append(f"total_tasks is {meta.total_tasks} but {TASKS_PATH} has {len(meta.tasks)} rows")
+    if problems:
+        raise MetadataError(f"{INFO_PATH} disagrees with the tables in {meta.source.url}: " + "; ".join(problems))
+    for key, video in episodes.videos.items():
+        same_file = (video.chunk_index[1:] == video.chunk_index[:-1]) & (video.file_index[1:] == video.file_index[:-1])
+        overlap = np.flatnonzero(same_file & (video.from_timestamp[1:] < video.to_timestamp[:-1] - _SPAN_SLACK_S))
+        if len(overlap):
+            e = int(overlap[0]) + 1
+            raise MetadataError(
+                f"meta/episodes: episode {e}'s {key} span starts at {video.from_timestamp[e]} s, before episode "
+                f"{e - 1}'s span ends ({video.to_timestamp[e - 1]} s) in {meta.video_file(e, key)}"
+            )
+
+
+def _check_files_exist(meta: DatasetMeta) -> None:
+    listed = {f.path for f in meta.source.list_files("data/")}
+    if meta.video_keys:
+        listed |= {f.path for f in meta.source.list_files("videos/")}
+    for episode in range(len(meta.episodes)):
+        needed = [meta.data_file(episode)] + [meta.video_file(episode, key) for key in meta.video_keys]
+        for path in needed:
+            if path not in listed:
+                raise MetadataError(f"episode {episode} needs {path}, which is missing from {meta.source.url}")
+
+
+# -- episode selection -------------------------------------------------------------------
+
+
+def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> list[int]:
+    """The episode indices to read, in LeRobot's way.
+
+    ``None`` selects every episode. Out-of-range indices are dropped with a warning (as
+    LeRobot's ``resolve_episode_indices`` does); duplicates are an error; an empty result is
+    an error naming the dataset.
+    """
+    total = len(meta.episodes)
+    if episodes is None:
+        return list(range(total))
+    chosen = [int(e) for e in episodes]
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"episodes contains duplicates: {sorted(e for e in set(chosen) if chosen.count(e) > 1)}")
+    dropped = [e for e in chosen if not 0 <= e < total]
+    if dropped:
+        warnings.warn(
+            f"episodes {dropped} are not in {meta.source.url} ({total} episodes); they are ignored",
+            stacklevel=2,
+        )
+    kept = [e for e in chosen if 0 <= e < total]
+    if not kept:
+        raise ValueError(f"no episode selected: {list(episodes)} has no episode of {meta.source.url} ({total} episodes)")
+    return kept

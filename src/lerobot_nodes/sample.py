@@ -1,0 +1,117 @@
+"""Assemble one LeRobot sample from an episode's rows and a video decoder.
+
+Shared by the map-style reader and the streaming decode mapper, so both return the same
+keys, dtypes, shapes and key order as LeRobot's map-style ``LeRobotDataset``:
+video keys first, then the data columns, then ``<key>_is_pad`` masks, then ``task``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .episode_data import EpisodeData, image_value_to_tensor
+from .meta import DatasetMeta
+from .windows import check_delta_timestamps, delta_indices, pad_key, resolve_window
+
+VideoDecodeFn = Callable[[str, list[float]], torch.Tensor]
+"""``(video_key, episode-relative timestamps) -> (T, C, H, W)`` frames."""
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """What a sample holds, fixed once per dataset."""
+
+    video_keys: tuple[str, ...]
+    image_keys: tuple[str, ...]
+    depth_keys: tuple[str, ...]
+    tasks: tuple[str, ...]
+    offsets: Mapping[str, np.ndarray] | None
+    image_transforms: Callable[[Any], Any] | None = None
+
+    @classmethod
+    def from_meta(
+        cls,
+        meta: DatasetMeta,
+        delta_timestamps: Mapping[str, Sequence[float]] | None,
+        tolerance_s: float,
+        image_transforms: Callable[[Any], Any] | None = None,
+    ) -> SampleSpec:
+        offsets = None
+        if delta_timestamps is not None:
+            unknown = sorted(set(delta_timestamps) - set(meta.features))
+            if unknown:
+                raise ValueError(
+                    f"delta_timestamps names keys that are not features of {meta.source.url}: {unknown}; "
+                    f"features are {sorted(meta.features)}"
+                )
+            check_delta_timestamps(delta_timestamps, meta.fps, tolerance_s)
+            offsets = delta_indices(delta_timestamps, meta.fps)
+        return cls(
+            video_keys=tuple(meta.video_keys),
+            image_keys=tuple(meta.image_keys),
+            depth_keys=tuple(meta.depth_keys),
+            tasks=tuple(meta.tasks),
+            offsets=offsets,
+            image_transforms=image_transforms,
+        )
+
+    def video_timestamps(self, episode: EpisodeData, frame: int) -> dict[str, list[float]]:
+        """Episode-relative timestamps of the frames each camera needs for ``frame``."""
+        timestamps = episode.arrays["timestamp"]
+        wanted = {}
+        for key in self.video_keys:
+            if self.offsets is not None and key in self.offsets:
+                frames = resolve_window(frame, episode.length, self.offsets[key]).frames
+                wanted[key] = [float(t) for t in timestamps[frames]]
+            else:
+                wanted[key] = [float(timestamps[frame])]
+        return wanted
+
+
+def _row_value(episode: EpisodeData, key: str, frame: int) -> Any:
+    if key in episode.arrays:
+        return torch.tensor(episode.arrays[key][frame])
+    value = episode.objects[key][frame]
+    return value
+
+
+def assemble_sample(spec: SampleSpec, episode: EpisodeData, frame: int, decode_video: VideoDecodeFn) -> dict[str, Any]:
+    """The sample of ``frame`` (episode-relative) of ``episode``."""
+    item: dict[str, Any] = {key: _row_value(episode, key, frame) for key in episode.column_order}
+    for key in spec.image_keys:
+        if key in item:
+            item[key] = image_value_to_tensor(item[key], key)
+    if spec.offsets is not None:
+        queried: dict[str, Any] = {}
+        for key, offsets in spec.offsets.items():
+            window = resolve_window(frame, episode.length, offsets)
+            item[pad_key(key)] = torch.from_numpy(window.is_pad.copy())
+            if key in spec.video_keys:
+                continue
+            if key in episode.arrays:
+                queried[key] = torch.from_numpy(np.ascontiguousarray(episode.arrays[key][window.frames]))
+            elif key in episode.objects:
+                values = [episode.objects[key][f] for f in window.frames]
+                queried[key] = (
+                    torch.stack([image_value_to_tensor(v, key) for v in values]) if key in spec.image_keys else values
+                )
+            else:
+                raise KeyError(f"delta_timestamps key {key!r} is neither a data column nor a video of the dataset")
+        item.update(queried)
+    if spec.video_keys:
+        frames = {
+            key: decode_video(key, timestamps).squeeze(0)
+            for key, timestamps in spec.video_timestamps(episode, frame).items()
+        }
+        item = {**frames, **item}
+    if spec.image_transforms is not None:
+        for key in spec.video_keys + spec.image_keys:
+            if key not in spec.depth_keys:
+                item[key] = spec.image_transforms(item[key])
+    item["task"] = spec.tasks[int(item["task_index"])] if spec.tasks else ""
+    return item
