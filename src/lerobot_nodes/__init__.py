@@ -2,4 +2,34 @@
 
 from __future__ import annotations
 
+from .errors import (
+    ConfigError,
+    FrameTimestampError,
+    LeRobotNodesError,
+    MetadataError,
+    SourceError,
+    UnsupportedVersionError,
+    VideoIndexError,
+)
+from .map_style import MapStyleLeRobotDataset
+from .meta import DatasetMeta, load_meta, select_episodes
+from .sources import ByteSource, LocalSource, open_source
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "ByteSource",
+    "ConfigError",
+    "DatasetMeta",
+    "FrameTimestampError",
+    "LeRobotNodesError",
+    "LocalSource",
+    "MapStyleLeRobotDataset",
+    "MetadataError",
+    "SourceError",
+    "UnsupportedVersionError",
+    "VideoIndexError",
+    "load_meta",
+    "open_source",
+    "select_episodes",
+]

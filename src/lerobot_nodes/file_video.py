@@ -16,7 +16,7 @@ import av
 import numpy as np
 import torch
 
-from .errors import FrameTimestampError, VideoIndexError
+from .errors import FrameTimestampError, MetadataError, VideoIndexError
 from .sources import ByteSource
 from .sources.source_file import open_buffered
 
@@ -58,6 +58,29 @@ class FileVideoDecoder:
             raise VideoIndexError(f"{self._where}: no video stream")
         self._stream = self._container.streams.video[0]
         self._time_base = self._stream.time_base
+        self._checked_spans: set[tuple[float, float]] = set()
+
+    @property
+    def end_time(self) -> float | None:
+        """End of the stream in seconds (start + duration), when the container says."""
+        stream = self._stream
+        if stream.duration is not None and stream.time_base is not None:
+            return float(((stream.start_time or 0) + stream.duration) * stream.time_base)
+        if self._container.duration is not None:
+            return self._container.duration / av.time_base
+        return None
+
+    def check_span(self, start: float, stop: float, episode: int, key: str, slack_s: float) -> None:
+        """Raise if ``[start, stop)`` of ``episode`` reaches past the end of this file."""
+        if (start, stop) in self._checked_spans:
+            return
+        end = self.end_time
+        if end is not None and stop > end + slack_s:
+            raise MetadataError(
+                f"episode {episode}: meta/episodes places its {key} frames at [{start}, {stop}) s of "
+                f"{self._where}, but that video ends at {end} s"
+            )
+        self._checked_spans.add((start, stop))
 
     def close(self) -> None:
         self._container.close()

@@ -133,8 +133,9 @@ class MapStyleLeRobotDataset(Dataset):
         data = self.episode_data(episode)
 
         def decode(key: str, timestamps: list[float]) -> torch.Tensor:
-            start, _ = self.meta.video_span(episode, key)
+            start, stop = self.meta.video_span(episode, key)
             decoder = self._decoders.get(self.meta.video_file(episode, key))
+            decoder.check_span(start, stop, episode, key, slack_s=max(self.tolerance_s, 0.5 / self.fps))
             return decoder.decode([start + t for t in timestamps], self.tolerance_s, self.return_uint8)
 
         return assemble_sample(self.spec, data, frame, decode)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .episode_data import EpisodeData, image_value_to_tensor
+from .errors import MetadataError
 from .meta import DatasetMeta
 from .windows import check_delta_timestamps, delta_indices, pad_key, resolve_window
 
@@ -113,5 +114,11 @@ def assemble_sample(spec: SampleSpec, episode: EpisodeData, frame: int, decode_v
         for key in spec.video_keys + spec.image_keys:
             if key not in spec.depth_keys:
                 item[key] = spec.image_transforms(item[key])
-    item["task"] = spec.tasks[int(item["task_index"])] if spec.tasks else ""
+    task_index = int(item["task_index"])
+    if not 0 <= task_index < len(spec.tasks):
+        raise MetadataError(
+            f"episode {episode.episode_index}, frame {frame}: task_index {task_index} is not in meta/tasks.parquet "
+            f"({len(spec.tasks)} tasks)"
+        )
+    item["task"] = spec.tasks[task_index]
     return item

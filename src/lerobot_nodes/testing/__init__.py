@@ -1,0 +1,17 @@
+"""Writers of real LeRobot v3.0 datasets and MP4s for tests, benchmarks and the demo."""
+
+from __future__ import annotations
+
+from lerobot_nodes.testing.video import (
+    concatenate_videos,
+    encode_video,
+    synthetic_frames,
+    video_duration_s,
+)
+
+__all__ = [
+    "concatenate_videos",
+    "encode_video",
+    "synthetic_frames",
+    "video_duration_s",
+]

@@ -1,0 +1,40 @@
+"""Episode rows are read by range with row-group pruning, and files without statistics still work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from lerobot_nodes import load_meta
+from lerobot_nodes.map_style import MapStyleLeRobotDataset
+from lerobot_nodes.parquet import EpisodeTableReader
+from lerobot_nodes.sources import open_source
+
+
+def test_one_row_group_per_episode_is_fetched(lerobot_dataset):
+    source = open_source(lerobot_dataset)
+    meta = load_meta(source)
+    reader = EpisodeTableReader(source, meta)
+    plan = reader.plan(5)
+    assert plan.row_groups == [5]
+    file_size = source.info(plan.path).size
+    assert plan.size < file_size / 20
+    data = reader.read(5)
+    reference = MapStyleLeRobotDataset(root=lerobot_dataset).episode_data(5)
+    assert data.length == meta.episodes.length[5]
+    for key, values in reference.arrays.items():
+        assert np.array_equal(data.arrays[key], values), key
+
+
+def test_groups_without_statistics_stay_candidates(dataset_copy):
+    source = open_source(dataset_copy)
+    meta = load_meta(source)
+    path = dataset_copy / meta.data_file(0)
+    table = pq.read_table(path)
+    pq.write_table(table, path, write_statistics=False, row_group_size=1000)
+    reader = EpisodeTableReader(source, meta)
+    plan = reader.plan(7)
+    assert plan.row_groups == list(range(pq.ParquetFile(path).num_row_groups))
+    data = reader.read(7)
+    start, stop = meta.episode_bounds(7)
+    assert data.arrays["index"].tolist() == list(range(start, stop))
