@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lerobot_nodes.testing.dataset import ensure_demo_dataset, write_dataset
 from lerobot_nodes.testing.video import (
     concatenate_videos,
     encode_video,
@@ -12,6 +13,8 @@ from lerobot_nodes.testing.video import (
 __all__ = [
     "concatenate_videos",
     "encode_video",
+    "ensure_demo_dataset",
     "synthetic_frames",
     "video_duration_s",
+    "write_dataset",
 ]

@@ -230,7 +230,7 @@ def _array_stats(values: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _image_sample_indices(num_frames: int) -> np.ndarray:
-    """LeRobot's ``sample_indices``: about ``n**0.75`` evenly spaced frames, at least 100."""
+    """LeRobot's ``sample_indices``: about ``n**0.75`` evenly spaced frames, at least min(100, n)."""
     min_samples = min(100, num_frames)
     num_samples = max(min_samples, min(int(num_frames**0.75), 10_000))
     return np.round(np.linspace(0, num_frames - 1, num_samples)).astype(int)
@@ -302,7 +302,8 @@ def _episode_stats(
 
 def _aggregate_stats(episode_stats: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Combine per-episode stats like LeRobot: exact min/max, count-weighted mean, parallel-formula
-    std, count-weighted average of quantiles, summed count."""
+    std, summed count, and quantiles as count-weighted averages (as found in LeRobot-written
+    ``stats.json`` files)."""
     counts = np.array([s["count"][0] for s in episode_stats], dtype=np.float64)
     shape = (-1,) + (1,) * np.ndim(episode_stats[0]["mean"])
     weights = (counts / counts.sum()).reshape(shape)
