@@ -70,7 +70,18 @@ def frame_times(path: Path) -> list[Fraction]:
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         assert stream.time_base is not None
-        return sorted(frame.pts * stream.time_base for frame in container.decode(stream))
+        times = []
+        for frame in container.decode(stream):
+            assert frame.pts is not None
+            times.append(frame.pts * stream.time_base)
+        return sorted(times)
+
+
+def packet_pts(packets: list[av.Packet]) -> list[int]:
+    """Packet pts in the given order (every stored MP4 sample has one)."""
+    pts = [p.pts for p in packets]
+    assert all(isinstance(t, int) for t in pts)
+    return [int(t) for t in pts if t is not None]
 
 
 def dataset_bytes(root: Path, pattern: str) -> dict[str, bytes]:
@@ -85,7 +96,7 @@ def rollover_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_dataset(
         tmp_path_factory.mktemp("rollover") / "ds",
         episode_lengths=ROLLOVER_LENGTHS,
-        data_file_size_in_mb=0.004,
+        data_file_size_in_mb=0.008,
         video_files_size_in_mb=0.015,
         chunks_size=2,
         extra_features=True,
@@ -257,6 +268,11 @@ def test_rollover_produces_several_files_and_chunks(rollover_root: Path) -> None
             if f.parent.name == "chunk-000"
         ]
         assert max(per_file) >= 2, "expected at least one concatenated multi-episode file"
+    data_files_of = [(e["data/chunk_index"], e["data/file_index"]) for e in episodes]
+    video_files_of = [
+        (e[f"videos/{CAMERAS[0]}/chunk_index"], e[f"videos/{CAMERAS[0]}/file_index"]) for e in episodes
+    ]
+    assert data_files_of != video_files_of, "data and video files should roll over independently"
     for key in ["data", "meta/episodes", *(f"videos/{c}" for c in CAMERAS)]:
         assert max(e[f"{key}/file_index"] for e in episodes) <= 1  # chunks_size=2
 
@@ -312,7 +328,7 @@ def test_h264_stream_has_b_frames(tmp_path: Path) -> None:
     path = encode_video(tmp_path / "h264.mp4", synthetic_frames(45, 48, 64, seed=2), codec="h264")
     packets = packets_by_decode_order(path)
     assert any(p.pts != p.dts for p in packets)
-    pts = [p.pts for p in packets]
+    pts = packet_pts(packets)
     assert pts != sorted(pts), "B-frames reorder presentation against decode order"
     assert b"ctts" in path.read_bytes()
     assert sum(p.is_keyframe for p in packets) == 2  # g=30 over 45 frames
@@ -323,7 +339,7 @@ def test_h264_open_gop_and_explicit_bframes_encode(tmp_path: Path) -> None:
     open_gop = encode_video(tmp_path / "open.mp4", frames, codec="h264", g=10, open_gop=True)
     no_b = encode_video(tmp_path / "nob.mp4", frames, codec="h264", bframes=0)
     assert len(frame_times(open_gop)) == 40
-    no_b_pts = [p.pts for p in packets_by_decode_order(no_b)]
+    no_b_pts = packet_pts(packets_by_decode_order(no_b))
     assert no_b_pts == sorted(no_b_pts), "without B-frames decode order is presentation order"
     with pytest.raises(ValueError, match="open_gop"):
         encode_video(tmp_path / "av1.mp4", frames, codec="av1", open_gop=True)

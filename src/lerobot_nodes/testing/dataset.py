@@ -396,11 +396,11 @@ class _VideoFileWriter:
     limit_bytes: float
     chunks_size: int
     faststart: bool
-    _chunk_index: int = 0
-    _file_index: int = 0
-    _pending: list[Path] = field(default_factory=list)
-    _pending_bytes: int = 0
-    _duration_s: float = 0.0
+    _chunk_index: int = field(default=0, init=False)
+    _file_index: int = field(default=0, init=False)
+    _pending: list[Path] = field(default_factory=list, init=False)
+    _pending_bytes: int = field(default=0, init=False)
+    _duration_s: float = field(default=0.0, init=False)
 
     def _path(self) -> Path:
         return self.root / VIDEO_PATH.format(
@@ -447,9 +447,8 @@ def _stats_arrow_type(key: str, ndim: int) -> pa.DataType:
     return value_type
 
 
-def _episodes_schema(stats_ndims: dict[str, int], cameras: Sequence[str], with_location: bool) -> pa.Schema:
-    """Columns of ``meta/episodes`` in LeRobot's order; ``with_location`` adds the
-    ``meta/episodes/*`` columns (which can only be known after the rollover is planned)."""
+def _episodes_schema(stats_ndims: dict[str, int], cameras: Sequence[str]) -> pa.Schema:
+    """Columns and types of ``meta/episodes`` files, in LeRobot's order."""
     int64 = pa.int64()
     fields = [
         pa.field("episode_index", int64),
@@ -469,8 +468,7 @@ def _episodes_schema(stats_ndims: dict[str, int], cameras: Sequence[str], with_l
         ]
     for name, ndim in stats_ndims.items():
         fields += [pa.field(f"stats/{name}/{key}", _stats_arrow_type(key, ndim)) for key in STAT_KEYS]
-    if with_location:
-        fields += [pa.field("meta/episodes/chunk_index", int64), pa.field("meta/episodes/file_index", int64)]
+    fields += [pa.field("meta/episodes/chunk_index", int64), pa.field("meta/episodes/file_index", int64)]
     return pa.schema(fields)
 
 
@@ -479,6 +477,7 @@ def _write_episodes_metadata(
 ) -> None:
     """Write ``meta/episodes`` files, row groups of 10 rows, rolling over when the in-memory
     size of the file's rows plus one average row reaches the limit (LeRobot's meta rule)."""
+    # The meta/episodes/* columns only exist once this rollover is planned, so size rows without them.
     base_schema = pa.schema([f for f in schema if not f.name.startswith("meta/episodes/")])
     files: dict[tuple[int, int], list[dict[str, Any]]] = {}
     location, file_bytes = (0, 0), 0
@@ -704,7 +703,7 @@ def write_dataset(
     rows, episode_stats = _write_episodes_payload(layout, lengths, task_indices, task_table)
 
     stats_ndims = {name: np.ndim(s["mean"]) for name, s in episode_stats[0].items()}
-    schema = _episodes_schema(stats_ndims, layout.cameras, with_location=True)
+    schema = _episodes_schema(stats_ndims, layout.cameras)
     _write_episodes_metadata(root, rows, schema, layout.data_limit_bytes, chunks_size)
     _write_tasks(root, task_table)
     global_stats = {name: _aggregate_stats([s[name] for s in episode_stats]) for name in stats_ndims}
