@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lerobot_nodes.sources.resolve import lerobot_home
 from lerobot_nodes.testing.video import (
     Codec,
     concatenate_videos,
@@ -770,14 +771,6 @@ def _write_episodes_payload(
     return rows, all_stats
 
 
-def _lerobot_home() -> Path:
-    """``$HF_LEROBOT_HOME``, else ``$HF_HOME/lerobot``, else ``~/.cache/huggingface/lerobot``."""
-    if "HF_LEROBOT_HOME" in os.environ:
-        return Path(os.environ["HF_LEROBOT_HOME"]).expanduser()
-    hf_home = Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser()
-    return hf_home / "lerobot"
-
-
 def ensure_demo_dataset() -> Path:
     """Return the demo dataset under ``$HF_LEROBOT_HOME/lerobot-nodes-demo/v1``, writing it once.
 
@@ -785,7 +778,7 @@ def ensure_demo_dataset() -> Path:
     written beside its final place and renamed into it, so readers never see a partial dataset
     and concurrent callers agree on one copy.
     """
-    target = _lerobot_home() / DEMO_DATASET_NAME / DEMO_DATASET_VERSION
+    target = lerobot_home() / DEMO_DATASET_NAME / DEMO_DATASET_VERSION
     if (target / "meta" / "info.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
