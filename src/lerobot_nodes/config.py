@@ -1,0 +1,130 @@
+"""Options of the streaming reader (SPEC section 5), their defaults and validation.
+
+Field names are the LeRobot flag names without ``--dataset.`` (``max_num_shards`` is a
+dataset parameter that training sets from ``--num_workers``). Every impossible value raises
+:class:`~lerobot_nodes.errors.ConfigError` naming the flag, the value and what is allowed.
+
+Per-rank limits (the byte budget, an explicit decoder cache size, the default pool) are split
+over the rank's DataLoader workers by the ``worker_*`` helpers; the graph of one worker only
+ever sees its share.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import ConfigError
+
+SAMPLING_STRATEGIES = ("remaining", "round_robin")
+DEFAULT_RANK_POOL_SIZE = 32
+"""Episodes a rank mixes when ``streaming_episode_pool_size`` is unset, split over its workers."""
+BYTES_PER_GB = 1_000_000_000
+DEFAULT_STREAMING_SEED = 42
+"""The seed of the streaming order when training passes ``--seed=null``."""
+
+
+def resolve_seed(seed: int | None) -> int:
+    """``seed`` itself, or the fixed streaming seed 42 for ``None``."""
+    return DEFAULT_STREAMING_SEED if seed is None else int(seed)
+
+
+def split_evenly(total: int, parts: int, part: int) -> int:
+    """Share ``part`` of ``total`` split into ``parts`` near-equal integers summing to ``total``."""
+    return total // parts + (1 if part < total % parts else 0)
+
+
+@dataclass(frozen=True)
+class StreamingConfig:
+    """Every ``--dataset.streaming_*`` option with its default.
+
+    ``streaming_episode_pool_size`` and ``streaming_prefetch_episodes`` are per worker;
+    ``streaming_byte_budget_gb`` and an explicit ``video_decoder_cache_size`` are per rank and
+    split over the rank's workers. Unset pool: the rank mixes 32 episodes, split over workers.
+    Unset decoder cache: pool x cameras per worker.
+    """
+
+    streaming_episode_pool_size: int | None = None
+    streaming_sampling_strategy: str = "remaining"
+    streaming_prefetch_episodes: int = 8
+    streaming_byte_budget_gb: float = 8.0
+    streaming_decode_threads: int = 2
+    streaming_decoded_queue_size: int = 8
+    video_decoder_cache_size: int | None = None
+    streaming_native_http_connections: int | None = None
+    streaming_native_http_subranges: int = 1
+    streaming_sidecar_lock_timeout_s: float = 1800.0
+    max_num_shards: int = 16
+
+    def __post_init__(self) -> None:
+        _check_int("streaming_episode_pool_size", self.streaming_episode_pool_size, minimum=1, optional=True)
+        if self.streaming_sampling_strategy not in SAMPLING_STRATEGIES:
+            raise ConfigError(
+                f"--dataset.streaming_sampling_strategy must be one of {', '.join(SAMPLING_STRATEGIES)}, "
+                f"got {self.streaming_sampling_strategy!r}"
+            )
+        _check_int("streaming_prefetch_episodes", self.streaming_prefetch_episodes, minimum=0)
+        _check_positive_float("streaming_byte_budget_gb", self.streaming_byte_budget_gb)
+        _check_int("streaming_decode_threads", self.streaming_decode_threads, minimum=1)
+        _check_int("streaming_decoded_queue_size", self.streaming_decoded_queue_size, minimum=1)
+        _check_int("video_decoder_cache_size", self.video_decoder_cache_size, minimum=1, optional=True)
+        _check_int(
+            "streaming_native_http_connections", self.streaming_native_http_connections, minimum=1, optional=True
+        )
+        _check_int("streaming_native_http_subranges", self.streaming_native_http_subranges, minimum=1)
+        timeout = self.streaming_sidecar_lock_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise ConfigError(
+                f"--dataset.streaming_sidecar_lock_timeout_s must be a number of seconds >= 0, got {timeout!r}"
+            )
+        _check_int("max_num_shards", self.max_num_shards, minimum=1)
+
+    # -- per-rank limits split over a rank's workers --------------------------------------
+    @property
+    def rank_byte_budget(self) -> int:
+        """The byte budget of one rank, in bytes (1 GB = 10**9 bytes)."""
+        return int(self.streaming_byte_budget_gb * BYTES_PER_GB)
+
+    def worker_byte_budget(self, num_workers: int) -> int:
+        """One worker's share of the rank budget (at least 1 byte)."""
+        return max(1, self.rank_byte_budget // _workers(num_workers))
+
+    def worker_pool_size(self, worker_id: int, num_workers: int) -> int:
+        """Episodes worker ``worker_id`` mixes: the explicit option, else its share of 32."""
+        if self.streaming_episode_pool_size is not None:
+            return self.streaming_episode_pool_size
+        return max(1, split_evenly(DEFAULT_RANK_POOL_SIZE, _workers(num_workers), worker_id))
+
+    def worker_decoder_cache_size(self, pool_size: int, num_cameras: int, num_workers: int) -> int:
+        """Open video decoders one worker keeps: its share of the explicit option, else pool x cameras."""
+        if self.video_decoder_cache_size is not None:
+            return max(1, self.video_decoder_cache_size // _workers(num_workers))
+        return max(1, pool_size * max(1, num_cameras))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _workers(num_workers: int) -> int:
+    # num_workers=0 means "the training process": one reader.
+    return max(1, int(num_workers))
+
+
+def _check_int(name: str, value: Any, minimum: int, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        unset = " or unset" if optional else ""
+        raise ConfigError(f"{_flag(name)} must be an integer{unset}, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{_flag(name)} must be >= {minimum}, got {value}")
+
+
+def _check_positive_float(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{_flag(name)} must be a finite number > 0, got {value!r}")
+
+
+def _flag(name: str) -> str:
+    return name if name == "max_num_shards" else f"--dataset.{name}"

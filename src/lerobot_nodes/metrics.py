@@ -1,0 +1,244 @@
+"""Streaming metrics: batch wait percentiles, refill stalls, bytes, budget use, decode time.
+
+Worker processes count into a small shared-memory table (one row per worker), so the
+training process reads every worker's figures without messages or files. Batch wait time is
+measured where it is felt: in the training process, around ``next(loader)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from multiprocessing import resource_tracker, shared_memory
+from typing import Any, TypeVar
+
+import numpy as np
+
+logger = logging.getLogger("lerobot_nodes.metrics")
+
+T = TypeVar("T")
+
+COUNTER_NAMES = (
+    "samples",
+    "frames_decoded",
+    "frames_delivered",
+    "decode_seconds",
+    "refill_stalls",
+    "refill_stall_seconds",
+    "bytes_fetched",
+    "bytes_planned",
+    "reserved_bytes",
+    "resident_bytes",
+    "peak_reserved_bytes",
+    "budget_bytes",
+    "episodes_fetched",
+)
+"""Per-worker counters. ``reserved_bytes``/``resident_bytes`` are gauges, the others grow."""
+
+_GAUGES = frozenset({"reserved_bytes", "resident_bytes", "budget_bytes"})
+_PEAKS = frozenset({"peak_reserved_bytes"})
+
+
+class WorkerCounters:
+    """One row of counters per worker in shared memory (or in a plain array when local).
+
+    Pickling sends only the shared-memory name, so DataLoader workers started with spawn
+    attach to the same table. Each worker writes only its own row.
+    """
+
+    def __init__(self, num_rows: int, shared: bool = True) -> None:
+        self.num_rows = max(1, num_rows)
+        self._shape = (self.num_rows, len(COUNTER_NAMES))
+        nbytes = int(np.prod(self._shape)) * 8
+        self._memory: shared_memory.SharedMemory | None = None
+        self._owner = shared
+        if shared:
+            self._memory = shared_memory.SharedMemory(create=True, size=nbytes)
+            self._table = np.ndarray(self._shape, dtype=np.float64, buffer=self._memory.buf)
+            self._table[:] = 0
+        else:
+            self._table = np.zeros(self._shape, dtype=np.float64)
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"num_rows": self.num_rows, "name": self._memory.name if self._memory else None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.num_rows = state["num_rows"]
+        self._shape = (self.num_rows, len(COUNTER_NAMES))
+        self._owner = False
+        self._lock = threading.Lock()
+        if state["name"] is None:
+            self._memory = None
+            self._table = np.zeros(self._shape, dtype=np.float64)
+            return
+        self._memory = _attach_untracked(state["name"])
+        self._table = np.ndarray(self._shape, dtype=np.float64, buffer=self._memory.buf)
+
+    def add(self, row: int, name: str, amount: float = 1.0) -> None:
+        column = COUNTER_NAMES.index(name)
+        with self._lock:
+            if name in _GAUGES:
+                self._table[row, column] = amount
+            else:
+                self._table[row, column] += amount
+            if name == "reserved_bytes":
+                peak = COUNTER_NAMES.index("peak_reserved_bytes")
+                self._table[row, peak] = max(self._table[row, peak], amount)
+
+    def totals(self) -> dict[str, float]:
+        return {name: float(self._table[:, i].sum()) for i, name in enumerate(COUNTER_NAMES)}
+
+    def close(self) -> None:
+        if self._memory is not None:
+            self._memory.close()
+            if self._owner:
+                self._memory.unlink()
+            self._memory = None
+
+
+class WorkerMetrics:
+    """The view of :class:`WorkerCounters` that nodes of one worker write to."""
+
+    def __init__(self, counters: WorkerCounters | None = None, row: int = 0) -> None:
+        self.counters = counters or WorkerCounters(1, shared=False)
+        self.row = row
+
+    def add(self, name: str, amount: float = 1.0) -> None:
+        self.counters.add(self.row, name, amount)
+
+    def set(self, name: str, value: float) -> None:
+        self.counters.add(self.row, name, value)
+
+
+def _attach_untracked(name: str) -> shared_memory.SharedMemory:
+    """Attach to a segment without registering it, so a worker's exit never unlinks it.
+
+    The creating process owns the segment. Python 3.13 has ``track=False`` for this; older
+    versions register every attach with the resource tracker, so registration is skipped.
+    """
+    original = resource_tracker.register
+    resource_tracker.register = lambda *args, **kwargs: None  # type: ignore[assignment]
+    try:
+        return shared_memory.SharedMemory(name=name)
+    finally:
+        resource_tracker.register = original  # type: ignore[assignment]
+
+
+def percentiles(values: Iterable[float], points: Iterable[float] = (50, 95, 99)) -> dict[str, float]:
+    array = np.fromiter(values, dtype=np.float64)
+    if array.size == 0:
+        return {f"p{int(p)}": float("nan") for p in points}
+    return {f"p{int(p)}": float(np.percentile(array, p)) for p in points}
+
+
+@dataclass
+class MetricsReport:
+    """Everything the SPEC's troubleshooting table asks for, at one moment."""
+
+    batches: int
+    samples: int
+    seconds: float
+    batch_wait_s: dict[str, float]
+    refill_stalls: int
+    refill_stall_seconds: float
+    bytes_fetched: int
+    bytes_planned: int
+    reserved_bytes: int
+    resident_bytes: int
+    peak_reserved_bytes: int
+    budget_bytes: int
+    decode_ms_per_frame: float
+    frames_decoded: int
+    frames_delivered: int
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else float("nan")
+
+    def line(self) -> str:
+        wait = self.batch_wait_s
+        return (
+            f"{self.batches} batches, {self.samples_per_second:.1f} samples/s | batch wait p50/p95/p99 "
+            f"{wait['p50'] * 1e3:.1f}/{wait['p95'] * 1e3:.1f}/{wait['p99'] * 1e3:.1f} ms | refill stalls "
+            f"{self.refill_stalls} ({self.refill_stall_seconds:.2f} s) | fetched/planned "
+            f"{self.bytes_fetched / 1e6:.1f}/{self.bytes_planned / 1e6:.1f} MB | reserved/resident "
+            f"{self.reserved_bytes / 1e6:.1f}/{self.resident_bytes / 1e6:.1f} MB (peak "
+            f"{self.peak_reserved_bytes / 1e6:.1f} of {self.budget_bytes / 1e6:.1f} MB) | decode "
+            f"{self.decode_ms_per_frame:.2f} ms/frame"
+        )
+
+    def table(self) -> str:
+        rows = [
+            ("batches", self.batches),
+            ("samples", self.samples),
+            ("samples/s", f"{self.samples_per_second:.1f}"),
+            *((f"batch wait {k} (ms)", f"{v * 1e3:.2f}") for k, v in self.batch_wait_s.items()),
+            ("refill stalls", self.refill_stalls),
+            ("refill stall time (s)", f"{self.refill_stall_seconds:.3f}"),
+            ("bytes fetched", self.bytes_fetched),
+            ("bytes planned", self.bytes_planned),
+            ("reserved bytes (now / peak)", f"{self.reserved_bytes} / {self.peak_reserved_bytes}"),
+            ("resident bytes", self.resident_bytes),
+            ("byte budget", self.budget_bytes),
+            ("decode ms per frame", f"{self.decode_ms_per_frame:.3f}"),
+            ("decoded frames per delivered frame", f"{self.frames_decoded / max(1, self.frames_delivered):.3f}"),
+        ]
+        width = max(len(str(name)) for name, _ in rows)
+        return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+class StreamingMetrics:
+    """Reads worker counters and times batch waits; logs a line every ``log_every_s``."""
+
+    def __init__(self, counters: WorkerCounters | None = None, log_every_s: float | None = 30.0) -> None:
+        self.counters = counters or WorkerCounters(1, shared=False)
+        self.batch_waits: list[float] = []
+        self.samples = 0
+        self.log_every_s = log_every_s
+        self._started = time.perf_counter()
+        self._last_log = self._started
+
+    def timed(self, batches: Iterable[T], batch_size_of=None) -> Iterator[T]:  # type: ignore[no-untyped-def]
+        """Yield from ``batches``, recording how long each ``next()`` waited."""
+        iterator = iter(batches)
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            self.record_batch(time.perf_counter() - started, batch_size_of(batch) if batch_size_of else 0)
+            yield batch
+
+    def record_batch(self, wait_s: float, samples: int) -> None:
+        self.batch_waits.append(wait_s)
+        self.samples += samples
+        now = time.perf_counter()
+        if self.log_every_s is not None and now - self._last_log >= self.log_every_s:
+            self._last_log = now
+            logger.info("streaming: %s", self.report().line())
+
+    def report(self) -> MetricsReport:
+        totals = self.counters.totals()
+        decoded = totals["frames_decoded"]
+        return MetricsReport(
+            batches=len(self.batch_waits),
+            samples=self.samples or int(totals["samples"]),
+            seconds=time.perf_counter() - self._started,
+            batch_wait_s=percentiles(self.batch_waits),
+            refill_stalls=int(totals["refill_stalls"]),
+            refill_stall_seconds=totals["refill_stall_seconds"],
+            bytes_fetched=int(totals["bytes_fetched"]),
+            bytes_planned=int(totals["bytes_planned"]),
+            reserved_bytes=int(totals["reserved_bytes"]),
+            resident_bytes=int(totals["resident_bytes"]),
+            peak_reserved_bytes=int(totals["peak_reserved_bytes"]),
+            budget_bytes=int(totals["budget_bytes"]),
+            decode_ms_per_frame=1e3 * totals["decode_seconds"] / decoded if decoded else float("nan"),
+            frames_decoded=int(decoded),
+            frames_delivered=int(totals["frames_delivered"]),
+        )
