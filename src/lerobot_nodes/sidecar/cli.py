@@ -1,0 +1,107 @@
+"""``lerobot-build-mp4-sidecar``: build (and later publish) a dataset's MP4 sidecar archive.
+
+Example::
+
+    lerobot-build-mp4-sidecar --repo-id=OWNER/DATASET --revision=COMMIT_SHA \\
+        --data-root=/path/to/dataset --output=/tmp/dataset-mp4-sidecar.npz --workers=2
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from ..errors import LeRobotNodesError
+from ..sources.resolve import resolve_source
+from .builder import build_archive
+from .errors import PublishNotSupportedError
+
+log = logging.getLogger("lerobot_nodes.sidecar")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lerobot-build-mp4-sidecar",
+        description="Index every MP4 of a LeRobotDataset v3.0 into a sidecar archive (schema v3). "
+        "The output is replaced atomically, only by a complete, verified archive.",
+    )
+    parser.add_argument("--repo-id", default=None, help="OWNER/DATASET recorded in the archive (and located in "
+                        "$HF_LEROBOT_HOME when --data-root is not given)")
+    parser.add_argument("--revision", default=None, help="revision the archive is bound to (a commit SHA for "
+                        "published sidecars)")
+    parser.add_argument("--data-root", default=None, help="the dataset root: a local folder")
+    parser.add_argument("--output", required=True, help="archive to write (.npz)")
+    parser.add_argument("--workers", type=int, default=1, help="video files parsed concurrently (default 1)")
+    parser.add_argument("--episodes", default=None, help="comma-separated episode indices: index only their "
+                        "video files (a subset sidecar, which cannot be published)")
+    parser.add_argument("--push", action="store_true", help="publish the verified archive (dataset repo branch "
+                        "'lerobot-sidecars', or meta/mp4-sidecars/ of a bucket)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no log lines, only the summary")
+    return parser
+
+
+def _episodes(value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise SystemExit(f"lerobot-build-mp4-sidecar: --episodes must be comma-separated integers, got {value!r}") from None
+
+
+def _configure_logging(quiet: bool) -> None:
+    package_log = logging.getLogger("lerobot_nodes")
+    if not package_log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        package_log.addHandler(handler)
+    package_log.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+def _check_push(args: argparse.Namespace, episodes: list[int] | None) -> None:
+    if not args.push:
+        return
+    if episodes is not None:
+        raise PublishNotSupportedError("a sidecar of a subset of the episodes cannot be published: drop --episodes")
+    raise PublishNotSupportedError(
+        "--push is not available in this build of lerobot_nodes: publishing to a Hub dataset branch or a bucket "
+        "comes with remote-source support. Build without --push, verify the archive, and upload it yourself"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    episodes = _episodes(args.episodes)
+    if args.workers < 1:
+        print(f"lerobot-build-mp4-sidecar: --workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.data_root is None and args.repo_id is None:
+        print("lerobot-build-mp4-sidecar: give --data-root or --repo-id", file=sys.stderr)
+        return EXIT_USAGE
+    _configure_logging(args.quiet)
+    try:
+        _check_push(args, episodes)
+        source = resolve_source(repo_id=args.repo_id, root=args.data_root, revision=args.revision)
+        summary = build_archive(
+            source,
+            args.output,
+            dataset_id=args.repo_id,
+            revision=args.revision,
+            episodes=episodes,
+            workers=args.workers,
+            show_progress=False if args.quiet else None,
+        )
+    except PublishNotSupportedError as error:
+        print(f"lerobot-build-mp4-sidecar: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except (LeRobotNodesError, OSError, ValueError) as error:
+        print(f"lerobot-build-mp4-sidecar: build failed, {args.output} was left as it was: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    print(summary.describe())
+    return EXIT_OK

@@ -1,0 +1,353 @@
+"""The derived index: one read-only, memory-mapped record per source video file.
+
+The first open converts a file's index (from a published archive or a local build) into a
+record under ``$HF_LEROBOT_HOME/streaming-indexes``. Guarantees of a record:
+
+- **Exact.** Every integer column is stored in the smallest dtype of its family that holds all
+  of its values (unsigned for byte offsets, sizes and orders; signed for times, which are
+  differenced), so every value reads back identical. Presentation times stay integer ticks.
+- **Constant columns stored once** (durations; sizes or times that never change): the view is
+  a stride-0 read-only array that keeps the logical sample count. Byte offsets with a constant
+  stride are stored as ``start`` and ``step``. Sync-sample (keyframe) flags always stay dense.
+- **Lookups computed once.** The presentation order (sample indices sorted by pts) and the
+  sync-sample indices are stored too, so no process sorts or scans the tables again.
+- **Shared.** Dense columns are read-only views of one shared file mapping, so processes that
+  open the same record share its page-cache pages instead of holding private copies.
+- **Immutable.** A record is written once (atomically) and never modified; its header names the
+  source identity and the generation of this format (:data:`DERIVED_GENERATION`).
+
+Record layout: ``MAGIC`` (8 bytes), generation (uint32 LE), header length (uint32 LE), header
+(UTF-8 JSON), zero padding to 64 bytes, then each dense array 64-byte aligned, at the offsets
+the header gives relative to the start of that data region.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import mmap
+import os
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..mp4.index import VideoIndex
+from .atomic import atomic_write
+from .errors import SidecarFormatError
+from .schema import SourceIdentity
+
+DERIVED_GENERATION = 1
+"""Version of the record layout; a reader only maps records of its own generation."""
+
+MAGIC = b"LRNIDX\r\n"
+_PREAMBLE = struct.Struct("<8sII")
+_ALIGN = 64
+
+SAMPLE_COLUMNS = ("offsets", "sizes", "dts", "pts", "durations", "keyframes")
+TIME_COLUMNS = frozenset({"dts", "pts", "durations", "media_time", "empty_edit_duration"})
+ALWAYS_DENSE = frozenset({"keyframes"})
+STRIDE_COLUMNS = frozenset({"offsets", "presentation_order", "keyframe_indices"})
+PRESENTATION_ORDER = "presentation_order"
+KEYFRAME_INDICES = "keyframe_indices"
+LOOKUP_COLUMNS = (PRESENTATION_ORDER, KEYFRAME_INDICES)
+"""Computed once at conversion and shared, instead of by every process that opens the index."""
+COMPACTABLE_COLUMNS = frozenset({*SAMPLE_COLUMNS, *LOOKUP_COLUMNS})
+
+_UNSIGNED = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64))
+_SIGNED = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
+
+
+def smallest_exact_dtype(low: int, high: int, signed: bool = False) -> np.dtype:
+    """The narrowest integer dtype holding every value of ``[low, high]``.
+
+    Unsigned unless ``signed`` or ``low < 0``. Raises ``OverflowError`` beyond 64 bits.
+    """
+    family = _SIGNED if signed or low < 0 else _UNSIGNED
+    for dtype in family:
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return dtype
+    raise OverflowError(f"no 64-bit integer dtype holds [{low}, {high}]")
+
+
+def _align(value: int) -> int:
+    return -(-value // _ALIGN) * _ALIGN
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    """How one array is stored in a record.
+
+    ``kind`` is ``dense`` (``nbytes`` at ``offset`` of the data region), ``constant``
+    (``value`` repeated ``shape[0]`` times), ``stride`` (element ``i`` is ``value + step * i``)
+    or ``text`` (``value`` is the string).
+    """
+
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int = 0
+    nbytes: int = 0
+    value: Any = None
+    step: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "dtype": self.dtype, "shape": list(self.shape)}
+        if self.kind == "dense":
+            out.update(offset=self.offset, nbytes=self.nbytes)
+        elif self.kind in ("constant", "text"):
+            out["value"] = self.value
+        elif self.kind == "stride":
+            out.update(value=self.value, step=self.step)
+        return out
+
+    @classmethod
+    def from_json(cls, name: str, value: Mapping[str, Any]) -> ArrayLayout:
+        return cls(
+            name=name,
+            kind=str(value["kind"]),
+            dtype=str(value["dtype"]),
+            shape=tuple(int(n) for n in value["shape"]),
+            offset=int(value.get("offset", 0)),
+            nbytes=int(value.get("nbytes", 0)),
+            value=value.get("value"),
+            step=int(value.get("step", 0)),
+        )
+
+
+def _integer_layout(name: str, array: np.ndarray, upper_bound: int | None) -> tuple[ArrayLayout, np.ndarray | None]:
+    """Layout of an integer array and the dense data to store (``None`` when nothing is)."""
+    signed = name in TIME_COLUMNS
+    if array.size == 0:
+        dtype = smallest_exact_dtype(0, 0, signed)
+        return ArrayLayout(name, "dense", dtype.str, array.shape), array.astype(dtype)
+    low, high = int(array.min()), int(array.max())
+    dtype = smallest_exact_dtype(low, high if upper_bound is None else max(high, upper_bound), signed)
+    if array.ndim == 0:
+        return ArrayLayout(name, "constant", dtype.str, (), value=low), None
+    if name in COMPACTABLE_COLUMNS and name not in ALWAYS_DENSE and array.ndim == 1 and len(array) >= 2:
+        if low == high:
+            return ArrayLayout(name, "constant", dtype.str, array.shape, value=low), None
+        if name in STRIDE_COLUMNS and len(array) >= 3:
+            steps = np.diff(array.astype(np.int64))
+            if np.all(steps == steps[0]):
+                return ArrayLayout(name, "stride", dtype.str, array.shape, value=int(array[0]), step=int(steps[0])), None
+    return ArrayLayout(name, "dense", dtype.str, array.shape), array.astype(dtype)
+
+
+def plan_record(arrays: Mapping[str, np.ndarray]) -> tuple[list[ArrayLayout], list[np.ndarray]]:
+    """Layouts of every array and the dense blobs in data-region order (offsets filled in)."""
+    file_size = int(np.asarray(arrays["file_size"])) if "file_size" in arrays else None
+    layouts: list[ArrayLayout] = []
+    blobs: list[np.ndarray] = []
+    position = 0
+    for name in sorted(arrays):
+        array = np.asarray(arrays[name])
+        data: np.ndarray | None
+        if array.dtype.kind == "U":
+            if array.ndim != 0:
+                raise SidecarFormatError(f"text array {name!r} must be 0-d")
+            layout, data = ArrayLayout(name, "text", array.dtype.str, (), value=str(array[()])), None
+        elif array.dtype.kind == "b":
+            layout, data = ArrayLayout(name, "dense", np.dtype(bool).str, array.shape), array
+        elif array.dtype.kind in "iu":
+            layout, data = _integer_layout(name, array, file_size if name == "offsets" else None)
+        elif array.dtype.kind == "f":
+            layout, data = ArrayLayout(name, "dense", np.dtype(np.float64).str, array.shape), array.astype(np.float64)
+        else:
+            raise SidecarFormatError(f"array {name!r} has dtype {array.dtype}, which a record cannot store")
+        if data is not None:
+            data = np.require(data, requirements="C")
+            layout = ArrayLayout(layout.name, layout.kind, layout.dtype, layout.shape, offset=position, nbytes=data.nbytes)
+            position = _align(position + data.nbytes)
+            blobs.append(data)
+        layouts.append(layout)
+    return layouts, blobs
+
+
+def with_lookup_columns(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``arrays`` plus the decode-order indices sorted by pts and the sync-sample indices."""
+    out = dict(arrays)
+    out[PRESENTATION_ORDER] = np.argsort(np.asarray(arrays["pts"]), kind="stable")
+    out[KEYFRAME_INDICES] = np.flatnonzero(np.asarray(arrays["keyframes"]))
+    return out
+
+
+def write_record(target: Path, identity: SourceIdentity, arrays: Mapping[str, np.ndarray], origin: str) -> int:
+    """Write the record of one file's index arrays atomically at ``target``; return its size.
+
+    ``arrays`` are :meth:`VideoIndex.to_arrays` values (any exact integer dtypes).
+    """
+    missing = [name for name in SAMPLE_COLUMNS if name not in arrays]
+    if missing:
+        raise SidecarFormatError(f"{identity.path}: index arrays lack {missing}")
+    samples = len(arrays["offsets"])
+    if any(np.asarray(arrays[name]).shape != (samples,) for name in SAMPLE_COLUMNS):
+        raise SidecarFormatError(f"{identity.path}: per-sample arrays have different lengths")
+    arrays = with_lookup_columns(arrays)
+    pts = np.asarray(arrays["pts"])
+    layouts, blobs = plan_record(arrays)
+    data_size = _align(layouts_end(layouts))
+    header = {
+        "generation": DERIVED_GENERATION,
+        "identity": identity.to_json(),
+        "origin": origin,
+        "samples": samples,
+        "is_reordered": bool(samples > 1 and np.any(np.diff(pts.astype(np.int64)) < 0)),
+        "data_size": data_size,
+        "arrays": {layout.name: layout.to_json() for layout in layouts},
+    }
+    header_bytes = json.dumps(header, sort_keys=True).encode()
+    data_start = _align(_PREAMBLE.size + len(header_bytes))
+    with atomic_write(target) as out:
+        out.write(_PREAMBLE.pack(MAGIC, DERIVED_GENERATION, len(header_bytes)))
+        out.write(header_bytes)
+        out.write(b"\0" * (data_start - _PREAMBLE.size - len(header_bytes)))
+        position = 0
+        dense = [layout for layout in layouts if layout.kind == "dense"]
+        for layout, blob in zip(dense, blobs, strict=True):
+            out.write(b"\0" * (layout.offset - position))
+            out.write(blob.tobytes())
+            position = layout.offset + layout.nbytes
+        out.write(b"\0" * (data_size - position))
+    return data_start + data_size
+
+
+def layouts_end(layouts: list[ArrayLayout]) -> int:
+    return max((layout.offset + layout.nbytes for layout in layouts if layout.kind == "dense"), default=0)
+
+
+class MappedRecord:
+    """A record opened read-only: its header and one array view per stored array.
+
+    Dense views share the record's single ``mmap``; they keep it alive for as long as any of
+    them is referenced, so a record replaced or deleted on disk stays readable to its holders.
+    """
+
+    def __init__(self, path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], nbytes: int) -> None:
+        self.path = path
+        self.header = header
+        self.arrays = arrays
+        self.nbytes = nbytes
+
+    @property
+    def identity(self) -> SourceIdentity:
+        return SourceIdentity.from_json(self.header["identity"])
+
+    @property
+    def samples(self) -> int:
+        return int(self.header["samples"])
+
+    @property
+    def origin(self) -> str:
+        return str(self.header["origin"])
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Records are immutable: another process maps the same file instead of receiving copies.
+        return MappedRecord.open, (str(self.path),)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> MappedRecord:
+        """Map the record at ``path``; raise :class:`SidecarFormatError` if it is not a complete
+        record of this generation, ``FileNotFoundError`` if it does not exist."""
+        path = Path(path)
+        with open(path, "rb") as handle:
+            preamble = handle.read(_PREAMBLE.size)
+            if len(preamble) < _PREAMBLE.size:
+                raise SidecarFormatError(f"{path}: truncated derived index record")
+            magic, generation, header_length = _PREAMBLE.unpack(preamble)
+            if magic != MAGIC:
+                raise SidecarFormatError(f"{path}: not a derived index record")
+            if generation != DERIVED_GENERATION:
+                raise SidecarFormatError(f"{path}: record of generation {generation}, this reader maps {DERIVED_GENERATION}")
+            try:
+                header = json.loads(handle.read(header_length))
+                data_start = _align(_PREAMBLE.size + header_length)
+                data_size = int(header["data_size"])
+                layouts = [ArrayLayout.from_json(name, value) for name, value in header["arrays"].items()]
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+                raise SidecarFormatError(f"{path}: unreadable record header ({exc!r})") from None
+            size = os.fstat(handle.fileno()).st_size
+            if size != data_start + data_size or layouts_end(layouts) > data_size:
+                raise SidecarFormatError(f"{path}: record is {size} bytes, its header describes {data_start + data_size}")
+            mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        arrays = {layout.name: _view(mapping, data_start, layout, path) for layout in layouts}
+        return cls(path, header, arrays, size)
+
+
+def _view(mapping: mmap.mmap, data_start: int, layout: ArrayLayout, path: Path) -> np.ndarray:
+    dtype = np.dtype(layout.dtype)
+    count = int(np.prod(layout.shape, dtype=np.int64))
+    if layout.kind == "dense":
+        if count * dtype.itemsize != layout.nbytes:
+            raise SidecarFormatError(f"{path}: array {layout.name} has {layout.nbytes} bytes for {count} x {dtype}")
+        view = np.frombuffer(mapping, dtype=dtype, count=count, offset=data_start + layout.offset)
+        return view.reshape(layout.shape)
+    if layout.kind == "constant":
+        return np.broadcast_to(np.array(layout.value, dtype=dtype), layout.shape)
+    if layout.kind == "stride":
+        stride = np.arange(count, dtype=np.int64) * layout.step + int(layout.value)
+        materialised = stride.astype(dtype)
+        materialised.flags.writeable = False
+        return materialised
+    if layout.kind == "text":
+        text = np.array(str(layout.value), dtype=dtype)
+        text.flags.writeable = False
+        return text
+    raise SidecarFormatError(f"{path}: array {layout.name} has an unknown layout {layout.kind!r}")
+
+
+_SCALAR_FIELDS: dict[str, Any] = {"str": lambda a: str(a[()]), "int": int, "bytes": lambda a: a.tobytes()}
+
+
+def _field_value(annotation: object, array: np.ndarray) -> Any:
+    """A :class:`VideoIndex` field from its record array: scalars and blobs as Python values,
+    table columns as the record's views."""
+    type_name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    convert = _SCALAR_FIELDS.get(type_name)
+    return array if convert is None else convert(array)
+
+
+class MappedVideoIndex(VideoIndex):
+    """A :class:`~lerobot_nodes.mp4.VideoIndex` whose arrays are views of a mapped record.
+
+    Arrays keep their exact values but the record's compact dtypes (widen a slice with
+    ``astype(np.int64)`` before arithmetic that could leave a column's range); they are
+    read-only. The presentation order and sync-sample indices come from the record too, so no
+    process sorts or scans the tables again and every process shares the same pages.
+    """
+
+    def __init__(self, record: MappedRecord) -> None:
+        # VideoIndex.__init__ would validate and widen every column to private int64 copies;
+        # the record was validated when it was converted or built.
+        arrays = record.arrays
+        self.record = record
+        for field in dataclasses.fields(VideoIndex):
+            if field.init:
+                setattr(self, field.name, _field_value(field.type, arrays[field.name]))
+        self._presentation_order = arrays[PRESENTATION_ORDER]
+        self._keyframe_indices = arrays[KEYFRAME_INDICES]
+        self._is_reordered = bool(record.header["is_reordered"])
+
+    def __reduce__(self) -> tuple[Any, tuple[MappedRecord]]:
+        # Pickled into a DataLoader worker, the index maps the same record file again.
+        return MappedVideoIndex, (self.record,)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays in :meth:`VideoIndex.to_arrays` form (int64 copies of the columns)."""
+        out = {name: value for name, value in self.record.arrays.items() if name not in LOOKUP_COLUMNS}
+        for name in SAMPLE_COLUMNS:
+            out[name] = np.array(out[name], dtype=bool if name == "keyframes" else np.int64)
+        return out
+
+    def to_video_index(self) -> VideoIndex:
+        """An independent in-memory :class:`VideoIndex` with int64 arrays."""
+        return VideoIndex.from_arrays(self.to_arrays())
+
+    def __repr__(self) -> str:
+        return f"MappedVideoIndex({self.path!r}, samples={len(self)}, record={str(self.record.path)!r})"

@@ -1,0 +1,98 @@
+"""``lerobot-build-mp4-sidecar``: output, summary, subsets, --push, failures leaving the previous file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sidecar_testkit import copy_dataset
+
+from lerobot_nodes.cli.build_sidecar import main as console_main
+from lerobot_nodes.meta import load_meta
+from lerobot_nodes.sidecar import SidecarArchive
+from lerobot_nodes.sidecar.cli import main
+
+
+def _archive(path: Path) -> SidecarArchive:
+    return SidecarArchive.from_path(path)
+
+
+def test_builds_a_complete_archive_and_prints_a_summary(
+    h264_many_files: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "out" / "sidecar.npz"
+    code = console_main(["--repo-id=owner/data", "--revision=abc123", f"--data-root={h264_many_files}",
+                         f"--output={output}", "--workers=2", "--quiet"])
+    assert code == 0
+    summary = capsys.readouterr().out
+    files = len(load_meta_files(h264_many_files))
+    assert f"{files} video files" in summary and "samples" in summary and "bytes read" in summary
+    assert " s (" in summary and "full dataset" in summary
+    with _archive(output) as archive:
+        assert archive.meta.complete and archive.meta.dataset_id == "owner/data"
+        assert archive.meta.revision == archive.meta.source_commit == "abc123"
+        assert len(archive.paths) == files
+    assert sorted(p.name for p in output.parent.iterdir()) == ["sidecar.npz"]
+
+
+def load_meta_files(root: Path) -> list[str]:
+    from lerobot_nodes.sources import LocalSource
+
+    return load_meta(LocalSource(root)).video_files()
+
+
+def test_workers_do_not_change_the_content(h264_many_files: Path, tmp_path: Path) -> None:
+    for workers in (1, 3):
+        assert main([f"--data-root={h264_many_files}", f"--output={tmp_path / f'w{workers}.npz'}",
+                     f"--workers={workers}", "--quiet"]) == 0
+    with _archive(tmp_path / "w1.npz") as one, _archive(tmp_path / "w3.npz") as three:
+        assert one.paths == three.paths
+        for path in one.paths:
+            a, b = one.load_arrays(path), three.load_arrays(path)
+            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_subset_is_marked_and_cannot_be_pushed(
+    av1_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "subset.npz"
+    assert main([f"--data-root={av1_dataset}", f"--output={output}", "--episodes=0,1", "--quiet"]) == 0
+    assert "SUBSET" in capsys.readouterr().out
+    with _archive(output) as archive:
+        assert archive.meta.complete is False
+    assert main([f"--data-root={av1_dataset}", f"--output={tmp_path / 'x.npz'}", "--episodes=0", "--push"]) == 2
+    assert "subset" in capsys.readouterr().err
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_push_errors_clearly_before_building(av1_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "pushed.npz"
+    assert main([f"--data-root={av1_dataset}", f"--output={output}", "--push"]) == 2
+    error = capsys.readouterr().err
+    assert "--push is not available" in error and "upload it yourself" in error
+    assert not output.exists()
+
+
+def test_failed_build_keeps_the_previous_output(
+    av1_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_dataset(av1_dataset, tmp_path / "dataset")
+    output = tmp_path / "out" / "sidecar.npz"
+    assert main([f"--data-root={root}", f"--output={output}", "--quiet"]) == 0
+    previous = output.read_bytes()
+    video = root / load_meta_files(root)[-1]
+    video.write_bytes(video.read_bytes()[:200])  # its moov is gone: indexing fails
+    capsys.readouterr()
+    assert main([f"--data-root={root}", f"--output={output}", "--workers=2"]) == 1
+    error = capsys.readouterr().err
+    assert "build failed" in error and "left as it was" in error
+    assert output.read_bytes() == previous
+    assert sorted(p.name for p in output.parent.iterdir()) == ["sidecar.npz"]  # nothing partial
+
+
+def test_usage_errors(av1_dataset: Path, tmp_path: Path) -> None:
+    assert main([f"--data-root={av1_dataset}", f"--output={tmp_path / 'a.npz'}", "--workers=0"]) == 2
+    assert main([f"--output={tmp_path / 'a.npz'}"]) == 2
+    with pytest.raises(SystemExit):
+        main([f"--data-root={av1_dataset}"])  # --output is required
