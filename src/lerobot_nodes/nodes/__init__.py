@@ -1,0 +1,70 @@
+"""The streaming graph as torchdata nodes, one node per module.
+
+::
+
+    RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer
+    (sharder.py)         (pool_sampler.py)     (prefetcher.py,    (decode_mapper.py) (ordered_buffer.py)
+                                                byte_cache.py)
+
+:func:`build_streaming_graph` builds the whole graph of one worker from plain values.
+"""
+
+from __future__ import annotations
+
+from .byte_cache import ByteBudget, ByteBudgetError, ByteCacheStats, EpisodeByteCache, FetchCancelled
+from .decode_mapper import DecodeMapper, DecoderLRU, PendingSample, SampleAssembler, apply_image_transforms
+from .episode_fetch import (
+    EpisodeFetcher,
+    EpisodeFetchError,
+    EpisodePayload,
+    VideoIndexProvider,
+    default_index_provider,
+    direct_index_provider,
+)
+from .graph import StreamingGraph, build_streaming_graph
+from .metrics_sink import MetricsSink, NullMetrics
+from .ordered_buffer import GraphFailedError, OrderedBuffer
+from .pool_sampler import EpisodePoolSampler, ScheduleItem, frame_order
+from .prefetcher import BytePrefetcher, SampleTask
+from .sharder import (
+    RankWorkerSharder,
+    frame_balanced_assignment,
+    max_workers_for_rank,
+    rank_episodes,
+    worker_episodes,
+)
+
+__all__ = [
+    "ByteBudget",
+    "ByteBudgetError",
+    "ByteCacheStats",
+    "BytePrefetcher",
+    "DecodeMapper",
+    "DecoderLRU",
+    "EpisodeByteCache",
+    "EpisodeFetchError",
+    "EpisodeFetcher",
+    "EpisodePayload",
+    "EpisodePoolSampler",
+    "FetchCancelled",
+    "GraphFailedError",
+    "MetricsSink",
+    "NullMetrics",
+    "OrderedBuffer",
+    "PendingSample",
+    "RankWorkerSharder",
+    "SampleAssembler",
+    "SampleTask",
+    "ScheduleItem",
+    "StreamingGraph",
+    "VideoIndexProvider",
+    "apply_image_transforms",
+    "build_streaming_graph",
+    "default_index_provider",
+    "direct_index_provider",
+    "frame_balanced_assignment",
+    "frame_order",
+    "max_workers_for_rank",
+    "rank_episodes",
+    "worker_episodes",
+]

@@ -1,0 +1,279 @@
+"""Parallel sample assembly and video decode, with an LRU of open clip decoders.
+
+:class:`DecodeMapper` pulls :class:`SampleTask` items and submits each to a pool of
+``num_threads`` threads; ``next()`` returns at once a :class:`PendingSample` (the schedule
+item and a future of the sample). :class:`~lerobot_nodes.nodes.ordered_buffer.OrderedBuffer`
+bounds how many are pending and releases them in schedule order. A sample is assembled with
+:func:`lerobot_nodes.sample.assemble_sample`, the code the map-style reader uses, so both
+return the same keys in the same order with the same values.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torchdata.nodes import BaseNode
+
+from ..sample import SampleSpec, assemble_sample
+from .episode_fetch import EpisodePayload, add_context
+from .metrics_sink import MetricsSink, NullMetrics
+from .pool_sampler import ScheduleItem
+from .prefetcher import SampleTask
+
+
+class ClipDecoderLike(Protocol):
+    """A decoder of one clip (``mp4.ClipDecoder`` satisfies it)."""
+
+    def frames_at(self, timestamps_s: Any, tolerance_s: float = ..., return_uint8: bool = ...) -> torch.Tensor: ...
+
+    def close(self) -> None: ...
+
+
+ClipDecoderFactory = Callable[[bytes], ClipDecoderLike]
+
+
+def _default_decoder_factory() -> ClipDecoderFactory:
+    from ..mp4 import ClipDecoder
+
+    return ClipDecoder
+
+
+class DecoderLRU:
+    """At most ``capacity`` idle clip decoders, keyed by (episode, camera); thread-safe.
+
+    A decoder is used by one thread at a time: :meth:`checkout` takes an idle one (or builds a
+    new one), :meth:`checkin` returns it and closes the least recently used beyond capacity.
+    :meth:`retire` closes an episode's decoders once its last sample is decoded. Decoders in
+    use are not counted, so the total is at most ``capacity`` + the number of decode threads.
+    """
+
+    def __init__(self, capacity: int, factory: ClipDecoderFactory | None = None) -> None:
+        if capacity < 1:
+            raise ValueError(f"decoder cache capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._factory = factory
+        self._idle: OrderedDict[tuple[int, str, int], ClipDecoderLike] = OrderedDict()
+        self._retired: set[int] = set()
+        self._serial = 0
+        self._lock = threading.Lock()
+        self.opened = 0
+
+    def checkout(self, episode: int, key: str, clip: bytes) -> tuple[tuple[int, str, int], ClipDecoderLike]:
+        with self._lock:
+            for slot in reversed(self._idle):
+                if slot[0] == episode and slot[1] == key:
+                    return slot, self._idle.pop(slot)
+            self._serial += 1
+            slot = (episode, key, self._serial)
+            factory = self._factory
+            if factory is None:
+                factory = self._factory = _default_decoder_factory()
+            self.opened += 1
+        return slot, factory(clip)
+
+    def checkin(self, slot: tuple[int, str, int], decoder: ClipDecoderLike) -> None:
+        evicted: list[ClipDecoderLike] = []
+        with self._lock:
+            if slot[0] in self._retired:
+                evicted.append(decoder)
+            else:
+                self._idle[slot] = decoder
+                while len(self._idle) > self.capacity:
+                    evicted.append(self._idle.popitem(last=False)[1])
+        for old in evicted:
+            old.close()
+
+    def retire(self, episode: int) -> None:
+        with self._lock:
+            self._retired.add(episode)
+            slots = [slot for slot in self._idle if slot[0] == episode]
+            closing = [self._idle.pop(slot) for slot in slots]
+        for decoder in closing:
+            decoder.close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+    def clear(self) -> None:
+        with self._lock:
+            closing = list(self._idle.values())
+            self._idle.clear()
+            self._retired.clear()
+        for decoder in closing:
+            decoder.close()
+
+
+class SampleAssembler:
+    """Builds the sample of one schedule item from its episode payload.
+
+    Video frames are decoded from the episode's clips at file time ``from_timestamp + t``,
+    exactly the timestamps the map-style reader decodes.
+    """
+
+    def __init__(self, spec: SampleSpec, *, tolerance_s: float = 1e-4, return_uint8: bool = False) -> None:
+        self.spec = spec
+        self.tolerance_s = tolerance_s
+        self.return_uint8 = return_uint8
+
+    def __call__(self, payload: EpisodePayload, frame: int, decoders: DecoderLRU) -> AssembledSample:
+        counts = AssembledSample(sample={})
+
+        def decode(key: str, timestamps: list[float]) -> torch.Tensor:
+            start = payload.clip_starts[key]
+            slot, decoder = decoders.checkout(payload.episode, key, payload.clips[key])
+            before = getattr(decoder, "samples_decoded", None)
+            try:
+                frames = decoder.frames_at([start + t for t in timestamps], self.tolerance_s, self.return_uint8)
+            finally:
+                decoders.checkin(slot, decoder)
+            after = getattr(decoder, "samples_decoded", None)
+            counts.frames_delivered += len(timestamps)
+            counts.frames_decoded += after - before if before is not None and after is not None else len(timestamps)
+            return frames
+
+        counts.sample = assemble_sample(self.spec, payload.data, frame, decode)
+        return counts
+
+
+@dataclass
+class AssembledSample:
+    """A sample, the video frames it returned and the frames the codec decoded for it."""
+
+    sample: dict[str, Any]
+    frames_delivered: int = 0
+    frames_decoded: int = 0
+
+
+class PendingSample:
+    """A schedule item whose sample is being assembled; :meth:`result` waits for it."""
+
+    __slots__ = ("item", "future")
+
+    def __init__(self, item: ScheduleItem, future: Future[dict[str, Any]]) -> None:
+        self.item = item
+        self.future = future
+
+    def result(self) -> dict[str, Any]:
+        return self.future.result()
+
+    def cancel(self) -> None:
+        self.future.cancel()
+
+
+class DecodeMapper(BaseNode[PendingSample]):
+    """Submits every sample task to ``num_threads`` decode threads; returns pending samples.
+
+    Each thread waits for its episode's payload (a *refill stall* when it is not there yet),
+    assembles the sample (delta windows with pad masks, video frames through the decoder
+    LRU, image transforms) and releases its hold on the episode's bytes, whatever happens.
+    Errors keep their type (e.g. ``FrameTimestampError``) and gain a note naming the episode
+    and frame. State: the source state after the last submitted task. ``reset`` and
+    ``close`` cancel payload waits and join the threads before touching the source.
+    """
+
+    SOURCE_KEY = "source"
+
+    def __init__(
+        self,
+        source: BaseNode[SampleTask],
+        assemble: Callable[[EpisodePayload, int, DecoderLRU], AssembledSample],
+        *,
+        num_threads: int = 2,
+        decoder_cache_size: int = 64,
+        decoder_factory: ClipDecoderFactory | None = None,
+        metrics: MetricsSink | None = None,
+    ) -> None:
+        super().__init__()
+        if num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        self.source = source
+        self.assemble = assemble
+        self.num_threads = num_threads
+        self.decoders = DecoderLRU(decoder_cache_size, decoder_factory)
+        self.metrics = metrics or NullMetrics()
+        self._executor: ThreadPoolExecutor | None = None
+        self._cancelled = threading.Event()
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self._stop_threads()
+        self._cancelled = threading.Event()
+        self.source.reset(initial_state[self.SOURCE_KEY] if initial_state is not None else None)
+
+    def next(self) -> PendingSample:
+        task = next(self.source)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=self.num_threads, thread_name_prefix="lerobot-nodes-decode")
+        future = self._executor.submit(self._run, task, self._cancelled)
+        return PendingSample(task.item, future)
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: self.source.state_dict()}
+
+    def close(self) -> None:
+        """Join the decode threads, close every decoder, then close the source."""
+        self._stop_threads()
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+
+    def _stop_threads(self) -> None:
+        self._cancelled.set()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        self.decoders.clear()
+
+    def _run(self, task: SampleTask, cancelled: threading.Event) -> dict[str, Any]:
+        item = task.item
+        try:
+            # A fetch error is shared by every sample of its episode and already names the
+            # episode, file and byte ranges: it is raised as is.
+            if not task.payload_ready():
+                stalled = time.perf_counter()
+                payload = task.wait_payload(cancelled)
+                self.metrics.add("refill_stalls", 1)
+                self.metrics.add("refill_stall_seconds", time.perf_counter() - stalled)
+            else:
+                payload = task.wait_payload(cancelled)
+            started = time.perf_counter()
+            try:
+                assembled = self.assemble(payload, item.frame, self.decoders)
+            except Exception as exc:
+                add_context(exc, f"while assembling episode {item.episode}, frame {item.frame} (schedule item {item.seq})")
+                raise
+            if assembled.frames_delivered:
+                self.metrics.add("decode_seconds", time.perf_counter() - started)
+                self.metrics.add("frames_decoded", assembled.frames_decoded)
+                self.metrics.add("frames_delivered", assembled.frames_delivered)
+            self.metrics.add("samples", 1)
+            return assembled.sample
+        finally:
+            task.done()
+            if item.last_of_episode:
+                self.decoders.retire(item.episode)
+
+
+def apply_image_transforms(spec: SampleSpec, transforms: Callable[[Any], Any]) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """A map function applying ``transforms`` to the camera keys of a sample (not depth), as LeRobot does.
+
+    For graphs that apply transforms on the consumer thread (``num_workers=0``), so a fixed
+    seed gives the same augmentations run to run.
+    """
+
+    def apply(sample: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(sample)
+        for key in spec.video_keys + spec.image_keys:
+            if key in out and key not in spec.depth_keys:
+                out[key] = transforms(out[key])
+        return out
+
+    return apply

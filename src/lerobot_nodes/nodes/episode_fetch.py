@@ -1,0 +1,249 @@
+"""The I/O of one episode: its Parquet rows and one mini-MP4 clip per camera, by byte range.
+
+:class:`EpisodeFetcher` plans (from the Parquet footer and the video index, no payload read)
+and fetches (range reads, then Parquet decode and clip materialisation). The exact byte cost
+of an episode, the sum of its clip sizes, is known from the plans before anything is fetched.
+
+Video indexes come from an injectable :data:`VideoIndexProvider`: by default the sidecar's
+``open_video_indexes`` (cached, lock-protected builds) when that module is available, else one
+``mp4.read_index_from_source`` per file.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..episode_data import EpisodeData
+from ..errors import LeRobotNodesError
+from ..meta import DatasetMeta
+from ..parquet import EpisodeRowsPlan, EpisodeTableReader
+from ..sources import ByteRange, ByteSource
+
+
+class EpisodeFetchError(LeRobotNodesError):
+    """Fetching or decoding the payload of an episode failed; names the episode, file and ranges."""
+
+
+class ClipPlanLike(Protocol):
+    """What the prefetcher needs of a clip plan (``mp4.ClipPlan`` satisfies it)."""
+
+    @property
+    def byte_ranges(self) -> list[ByteRange]: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+class VideoIndexLike(Protocol):
+    """What the prefetcher needs of a video index (``mp4.VideoIndex`` satisfies it)."""
+
+    def plan_clip(self, from_s: float, to_s: float) -> Any: ...
+
+
+VideoIndexProvider = Callable[[Sequence[str]], Mapping[str, VideoIndexLike]]
+"""``video paths -> {path: index}``: opens the indexes of the given video files."""
+
+ClipMaterializer = Callable[[Any, list[bytes]], bytes]
+"""``(plan, fetched chunks of plan.byte_ranges) -> clip bytes``."""
+
+
+def default_index_provider(source: ByteSource, meta: DatasetMeta, lock_timeout_s: float = 1800.0) -> VideoIndexProvider:
+    """The sidecar's cached indexes when available, else indexes read from each MP4's ``moov``."""
+    try:
+        from ..sidecar import open_video_indexes
+    except ImportError:
+        return direct_index_provider(source)
+
+    def from_sidecar(paths: Sequence[str]) -> Mapping[str, VideoIndexLike]:
+        return open_video_indexes(source, meta, list(paths), lock_timeout_s=lock_timeout_s)
+
+    return from_sidecar
+
+
+def direct_index_provider(source: ByteSource) -> VideoIndexProvider:
+    """Indexes parsed from each file's ``moov`` (two range reads per file, no cache)."""
+    from ..mp4 import read_index_from_source
+
+    def from_moov(paths: Sequence[str]) -> Mapping[str, VideoIndexLike]:
+        return {path: read_index_from_source(source, path) for path in paths}
+
+    return from_moov
+
+
+def _default_materializer() -> ClipMaterializer:
+    from ..mp4 import materialize_clip
+
+    return materialize_clip
+
+
+@dataclass(frozen=True)
+class ClipRequest:
+    """One camera's clip of one episode: where it is, its span and its plan."""
+
+    key: str
+    path: str
+    from_s: float
+    to_s: float
+    plan: Any
+
+    @property
+    def size(self) -> int:
+        return int(self.plan.size)
+
+
+@dataclass
+class EpisodePayload:
+    """Everything decoding one episode needs: its rows and one clip per camera."""
+
+    episode: int
+    data: EpisodeData
+    clips: dict[str, bytes] = field(default_factory=dict)
+    clip_starts: dict[str, float] = field(default_factory=dict)
+    """``from_timestamp`` of each camera's span: file time = this + episode-relative time."""
+    clip_bytes: int = 0
+    """Bytes of the materialised clips: what the byte budget counted."""
+    planned_bytes: int = 0
+    """Bytes the plans said to read (Parquet row groups and clip sample ranges)."""
+    fetched_bytes: int = 0
+    """Bytes the source actually returned."""
+
+
+def describe_ranges(ranges: Sequence[ByteRange], limit: int = 3) -> str:
+    """``[a, b), [c, d) and 4 more`` for error messages."""
+    shown = ", ".join(f"[{start}, {end})" for start, end in ranges[:limit])
+    more = f" and {len(ranges) - limit} more" if len(ranges) > limit else ""
+    return f"byte ranges {shown}{more}" if ranges else "no byte range"
+
+
+class EpisodeFetcher:
+    """Plans and fetches episodes of one dataset; thread-safe.
+
+    ``episodes`` (optional) are the episodes this reader will touch: the first index request
+    opens the indexes of all their video files at once (one provider call), so a sidecar is
+    looked up once per worker, not once per file.
+    """
+
+    def __init__(
+        self,
+        source: ByteSource,
+        meta: DatasetMeta,
+        *,
+        episodes: Sequence[int] | None = None,
+        index_provider: VideoIndexProvider | None = None,
+        materialize: ClipMaterializer | None = None,
+        lock_timeout_s: float = 1800.0,
+    ) -> None:
+        self.source = source
+        self.meta = meta
+        self.video_keys = list(meta.video_keys)
+        self.rows = EpisodeTableReader(source, meta)
+        self._episodes = list(episodes) if episodes is not None else None
+        self._index_provider = index_provider
+        self._lock_timeout_s = lock_timeout_s
+        self._materialize = materialize
+        self._indexes: dict[str, VideoIndexLike] = {}
+        self._lock = threading.Lock()
+
+    # -- planning (no payload I/O) --------------------------------------------------------
+    def index(self, path: str) -> VideoIndexLike:
+        with self._lock:
+            found = self._indexes.get(path)
+            if found is not None:
+                return found
+            provider = self._index_provider
+            if provider is None:
+                provider = self._index_provider = default_index_provider(self.source, self.meta, self._lock_timeout_s)
+            wanted = {path}
+            if self._episodes is not None:
+                wanted |= set(self.meta.video_files(self._episodes))
+            wanted -= set(self._indexes)
+            try:
+                opened = provider(sorted(wanted))
+            except Exception as exc:
+                names = sorted(wanted)
+                more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+                add_context(exc, f"while opening the video indexes of {', '.join(names[:3])}{more}")
+                raise
+            missing = sorted(wanted - set(opened))
+            if missing:
+                raise EpisodeFetchError(f"the video index provider returned no index for {', '.join(missing)}")
+            self._indexes.update(opened)
+            return self._indexes[path]
+
+    def clip_requests(self, episode: int) -> list[ClipRequest]:
+        """One planned clip per camera of ``episode``, from the indexes alone."""
+        requests = []
+        for key in self.video_keys:
+            path = self.meta.video_file(episode, key)
+            from_s, to_s = self.meta.video_span(episode, key)
+            index = self.index(path)
+            try:
+                plan = index.plan_clip(from_s, to_s)
+            except LeRobotNodesError as exc:
+                add_context(exc, f"episode {episode}, camera {key}: planning its clip [{from_s}, {to_s}) s of {path}")
+                raise
+            requests.append(ClipRequest(key=key, path=path, from_s=from_s, to_s=to_s, plan=plan))
+        return requests
+
+    def cost(self, episode: int) -> int:
+        """Exact bytes of the materialised clips of ``episode`` (what the byte budget counts)."""
+        return sum(request.size for request in self.clip_requests(episode))
+
+    # -- fetching ----------------------------------------------------------------------------
+    def fetch(self, episode: int) -> EpisodePayload:
+        """Range-read and decode the rows, then range-read and materialise every clip."""
+        rows_plan = self._rows_plan(episode)
+        chunks = self._read(episode, "Parquet rows", rows_plan.path, rows_plan.byte_ranges)
+        try:
+            data = self.rows.read(episode, rows_plan, chunks)
+        except Exception as exc:
+            raise EpisodeFetchError(
+                f"episode {episode}: decoding its Parquet rows from {rows_plan.path} "
+                f"({describe_ranges(rows_plan.byte_ranges)}, row groups {rows_plan.row_groups}) failed: {exc}"
+            ) from exc
+        payload = EpisodePayload(
+            episode=episode, data=data, planned_bytes=rows_plan.size, fetched_bytes=sum(len(c) for c in chunks)
+        )
+        if self.video_keys:
+            materialize = self._materialize or _default_materializer()
+            for request in self.clip_requests(episode):
+                ranges = list(request.plan.byte_ranges)
+                clip_chunks = self._read(episode, f"the {request.key} clip", request.path, ranges)
+                try:
+                    clip = materialize(request.plan, clip_chunks)
+                except Exception as exc:
+                    raise EpisodeFetchError(
+                        f"episode {episode}: building the {request.key} clip from {request.path} "
+                        f"({describe_ranges(ranges)}) failed: {exc}"
+                    ) from exc
+                payload.clips[request.key] = clip
+                payload.clip_starts[request.key] = request.from_s
+                payload.clip_bytes += len(clip)
+                payload.planned_bytes += sum(end - start for start, end in ranges)
+                payload.fetched_bytes += sum(len(chunk) for chunk in clip_chunks)
+        return payload
+
+    def _rows_plan(self, episode: int) -> EpisodeRowsPlan:
+        try:
+            return self.rows.plan(episode)
+        except Exception as exc:
+            path = self.meta.data_file(episode)
+            raise EpisodeFetchError(f"episode {episode}: planning its Parquet rows in {path} failed: {exc}") from exc
+
+    def _read(self, episode: int, what: str, path: str, ranges: list[ByteRange]) -> list[bytes]:
+        try:
+            return self.source.read_ranges(path, ranges)
+        except Exception as exc:
+            raise EpisodeFetchError(
+                f"episode {episode}: reading {what} from {self.source.url.rstrip('/')}/{path} "
+                f"({describe_ranges(ranges)}) failed: {exc}"
+            ) from exc
+
+
+def add_context(exc: BaseException, context: str) -> None:
+    """Attach ``context`` to ``exc`` as a note, keeping its type (e.g. ``FrameTimestampError``)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(context)

@@ -1,0 +1,171 @@
+"""The streaming graph of one DataLoader worker of one rank, built in one call.
+
+::
+
+    RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer
+
+:func:`build_streaming_graph` takes plain values only (source, metadata, selected episodes,
+topology, config, seed, epoch), so an ``IterableDataset`` can call it inside each worker with
+the rank and world size captured in the main process. ``graph.root`` is a ``BaseNode`` of
+samples, ready for ``torchdata.nodes.Loader`` or further nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torchdata.nodes import BaseNode, Mapper
+
+from ..config import StreamingConfig, resolve_seed
+from ..meta import DatasetMeta
+from ..sample import SampleSpec
+from ..sources import ByteSource
+from .byte_cache import ByteBudget, EpisodeByteCache
+from .decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, apply_image_transforms
+from .episode_fetch import EpisodeFetcher, VideoIndexProvider
+from .metrics_sink import MetricsSink, NullMetrics
+from .ordered_buffer import OrderedBuffer
+from .pool_sampler import EpisodePoolSampler
+from .prefetcher import BytePrefetcher
+from .sharder import RankWorkerSharder
+
+
+@dataclass
+class StreamingGraph:
+    """The nodes of one worker's graph; ``root`` yields samples in schedule order."""
+
+    root: BaseNode[dict[str, Any]]
+    sharder: RankWorkerSharder
+    sampler: EpisodePoolSampler
+    prefetcher: BytePrefetcher
+    decoder: DecodeMapper
+    buffer: OrderedBuffer
+    fetcher: EpisodeFetcher
+
+    @property
+    def cache(self) -> EpisodeByteCache:
+        """The worker's byte cache: ``reserved_bytes``, ``resident_bytes``, ``stats()``."""
+        return self.prefetcher.cache
+
+    @property
+    def num_frames(self) -> int:
+        """Samples this worker yields per epoch."""
+        return self.sharder.num_frames
+
+    def state_after(self, num_samples: int, epoch: int | None = None) -> dict[str, Any]:
+        """The ``root`` state after ``num_samples`` samples of ``epoch`` (default: the current one).
+
+        Computed on the logical schedule alone, without fetching or decoding the skipped
+        samples: ``root.reset(graph.state_after(n))`` (or ``Loader.load_state_dict`` of a loader
+        state built from it) continues with sample ``n``. For step-offset resume.
+        """
+        sampler_state = self.sampler.state_after(num_samples, self.sharder.epoch if epoch is None else epoch)
+        buffer_state = {
+            OrderedBuffer.SOURCE_KEY: {
+                DecodeMapper.SOURCE_KEY: {BytePrefetcher.SOURCE_KEY: sampler_state},
+            },
+            OrderedBuffer.NUM_YIELDED_KEY: num_samples,
+        }
+        if self.root is self.buffer:
+            return buffer_state
+        # torchdata's inline Mapper nests its source state this way (0.11).
+        return {"it_state": {"source": buffer_state}}
+
+    def close(self) -> None:
+        """Join every thread of the graph and drop its payloads."""
+        self.buffer.close()
+
+
+def build_streaming_graph(
+    source: ByteSource,
+    meta: DatasetMeta,
+    episodes: Sequence[int],
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    worker_id: int = 0,
+    num_workers: int = 0,
+    config: StreamingConfig | None = None,
+    seed: int | None = None,
+    epoch: int = 0,
+    delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+    tolerance_s: float = 1e-4,
+    image_transforms: Callable[[Any], Any] | None = None,
+    transforms_on_consumer: bool = False,
+    return_uint8: bool = False,
+    index_provider: VideoIndexProvider | None = None,
+    decoder_factory: ClipDecoderFactory | None = None,
+    metrics: MetricsSink | None = None,
+) -> StreamingGraph:
+    """The graph of worker ``worker_id`` (of ``num_workers``; 0 = the training process) of ``rank``.
+
+    ``episodes`` are the selected episode indices. Per-rank limits of ``config`` are split over
+    ``num_workers``. ``seed=None`` uses the streaming seed 42; ``epoch`` is the first epoch
+    (each ``reset(None)`` after an iteration moves to the next). With ``transforms_on_consumer``
+    image transforms run on the thread that iterates the root (for ``num_workers=0``), else on
+    the decode threads. ``index_provider`` defaults to the sidecar (or per-file MP4 indexes).
+    """
+    config = config or StreamingConfig()
+    seed = resolve_seed(seed)
+    metrics = metrics or NullMetrics()
+    episodes = [int(e) for e in episodes]
+    lengths = [int(meta.episodes.length[e]) for e in episodes]
+    sharder = RankWorkerSharder(
+        episodes,
+        lengths,
+        rank=rank,
+        world_size=world_size,
+        worker_id=worker_id,
+        num_workers=num_workers,
+        seed=seed,
+        initial_epoch=epoch,
+    )
+    fetcher = EpisodeFetcher(
+        source,
+        meta,
+        episodes=sharder.episodes,
+        index_provider=index_provider,
+        lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
+    )
+    pool_size = config.worker_pool_size(worker_id, num_workers)
+    budget = ByteBudget(worker_bytes=config.worker_byte_budget(num_workers), rank_bytes=config.rank_byte_budget)
+    metrics.set("budget_bytes", budget.worker_bytes)
+    sampler = EpisodePoolSampler(
+        sharder,
+        pool_size=pool_size,
+        strategy=config.streaming_sampling_strategy,
+        seed=seed,
+        episode_cost=fetcher.cost if meta.video_keys else None,
+        budget=budget,
+    )
+    prefetcher = BytePrefetcher(
+        sampler,
+        fetcher.fetch,
+        prefetch_episodes=config.streaming_prefetch_episodes,
+        max_concurrent_fetches=config.max_num_shards,
+        metrics=metrics,
+    )
+    spec = SampleSpec.from_meta(meta, delta_timestamps, tolerance_s, None if transforms_on_consumer else image_transforms)
+    decoder = DecodeMapper(
+        prefetcher,
+        SampleAssembler(spec, tolerance_s=tolerance_s, return_uint8=return_uint8),
+        num_threads=config.streaming_decode_threads,
+        decoder_cache_size=config.worker_decoder_cache_size(pool_size, len(meta.video_keys), num_workers),
+        decoder_factory=decoder_factory,
+        metrics=metrics,
+    )
+    buffer = OrderedBuffer(decoder, max_ahead=config.streaming_decoded_queue_size)
+    root: BaseNode[dict[str, Any]] = buffer
+    if transforms_on_consumer and image_transforms is not None:
+        root = Mapper(buffer, apply_image_transforms(spec, image_transforms))
+    return StreamingGraph(
+        root=root,
+        sharder=sharder,
+        sampler=sampler,
+        prefetcher=prefetcher,
+        decoder=decoder,
+        buffer=buffer,
+        fetcher=fetcher,
+    )

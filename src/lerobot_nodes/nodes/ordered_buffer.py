@@ -1,0 +1,123 @@
+"""Decoded samples held ahead of the consumer and released strictly in schedule order.
+
+:class:`OrderedBuffer` keeps up to ``max_ahead`` pending samples submitted to the decode
+threads and returns them in the order they were scheduled, whatever order they finish in.
+It also makes the graph's state exact: right after pulling each pending sample it snapshots
+its source's state, and it adopts that snapshot when (and only when) the sample is returned.
+Samples decoded ahead are therefore never part of the state; after a restore they are
+scheduled and decoded again (the torchdata snapshot pattern, on the consumer thread).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from torchdata.nodes import BaseNode
+
+from ..errors import LeRobotNodesError
+from .decode_mapper import PendingSample
+
+
+class GraphFailedError(LeRobotNodesError):
+    """The graph already raised an error; it must be reset before it yields again."""
+
+
+@dataclass
+class _Slot:
+    pending: PendingSample | None
+    snapshot: dict[str, Any] | None
+    error: BaseException | None = None
+
+
+class OrderedBuffer(BaseNode[dict[str, Any]]):
+    """Returns samples in schedule order with at most ``max_ahead`` pending at once.
+
+    Errors: an error of any stage is raised at its place in the order (earlier samples are
+    returned first). After that, every ``next()`` raises :class:`GraphFailedError` naming the
+    first error, so a failed graph never hangs and never silently skips a sample; the state
+    still points before the failed sample, so a resume retries it.
+    """
+
+    SOURCE_KEY = "source"
+    NUM_YIELDED_KEY = "num_yielded"
+
+    def __init__(self, source: BaseNode[PendingSample], max_ahead: int = 8) -> None:
+        super().__init__()
+        if max_ahead < 1:
+            raise ValueError(f"max_ahead must be >= 1, got {max_ahead}")
+        self.source = source
+        self.max_ahead = max_ahead
+        self._slots: deque[_Slot] = deque()
+        self._snapshot: dict[str, Any] | None = None
+        self._num_yielded = 0
+        self._exhausted = False
+        self._failure: BaseException | None = None
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self._cancel_pending()
+        self._exhausted = False
+        self._failure = None
+        if initial_state is not None:
+            self.source.reset(initial_state[self.SOURCE_KEY])
+            self._snapshot = initial_state[self.SOURCE_KEY]
+            self._num_yielded = int(initial_state[self.NUM_YIELDED_KEY])
+        else:
+            self.source.reset(None)
+            self._snapshot = self.source.state_dict()
+            self._num_yielded = 0
+
+    def next(self) -> dict[str, Any]:
+        if self._failure is not None:
+            raise GraphFailedError(
+                f"the streaming graph stopped after an error ({type(self._failure).__name__}: {self._failure}); "
+                "reset it (or restore a state) to continue"
+            ) from self._failure
+        self._fill()
+        if not self._slots:
+            raise StopIteration
+        slot = self._slots.popleft()
+        try:
+            if slot.error is not None:
+                raise slot.error
+            assert slot.pending is not None
+            sample = slot.pending.result()
+        except BaseException as exc:
+            self._failure = exc
+            self._cancel_pending()
+            raise
+        self._snapshot = slot.snapshot
+        self._num_yielded += 1
+        return sample
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: self._snapshot, self.NUM_YIELDED_KEY: self._num_yielded}
+
+    def close(self) -> None:
+        """Cancel pending samples and close the graph below."""
+        self._cancel_pending()
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+
+    def _fill(self) -> None:
+        while not self._exhausted and len(self._slots) < self.max_ahead:
+            try:
+                pending = next(self.source)
+                snapshot = self.source.state_dict()
+            except StopIteration:
+                self._exhausted = True
+            except Exception as exc:
+                # Raised in schedule order, after the samples pulled before it.
+                self._exhausted = True
+                self._slots.append(_Slot(pending=None, snapshot=None, error=exc))
+            else:
+                self._slots.append(_Slot(pending=pending, snapshot=snapshot))
+
+    def _cancel_pending(self) -> None:
+        for slot in self._slots:
+            if slot.pending is not None:
+                slot.pending.cancel()
+        self._slots.clear()

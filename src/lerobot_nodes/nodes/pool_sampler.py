@@ -1,0 +1,261 @@
+"""The logical schedule of one worker: which (episode, anchor frame) comes next.
+
+:class:`EpisodePoolSampler` keeps a pool of resident episodes, admitted in the sharder's
+order, and draws anchor frames from it. Each episode's frames are visited in a permutation
+drawn from (seed, epoch, episode), so every frame of every episode is yielded exactly once
+per epoch. Nothing here does I/O or looks at time: the schedule is a pure function of the
+seed, the epoch, the topology, the pool limits and the episodes' byte costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from torchdata.nodes import BaseNode
+
+from ..config import SAMPLING_STRATEGIES, resolve_seed
+from ..errors import ConfigError
+from .byte_cache import ByteBudget
+from .sharder import RankWorkerSharder, seed_entropy
+
+_CHOICE_STREAM = 0x43484F53
+_FRAME_STREAM = 0x4652414D
+
+
+@dataclass(frozen=True)
+class ScheduleItem:
+    """One anchor of the schedule: frame ``frame`` (episode-relative) of ``episode``.
+
+    ``seq`` is the item's position in this worker's epoch; ``last_of_episode`` marks the
+    episode's final anchor this epoch (after it, the episode's bytes may be released).
+    """
+
+    episode: int
+    frame: int
+    seq: int
+    epoch: int
+    last_of_episode: bool
+
+
+def frame_order(seed: int, epoch: int, episode: int, length: int) -> np.ndarray:
+    """The order in which the frames of ``episode`` are anchored in ``epoch``."""
+    sequence = np.random.SeedSequence([seed_entropy(seed), int(epoch), int(episode), _FRAME_STREAM])
+    return np.random.default_rng(sequence).permutation(int(length))
+
+
+class EpisodePoolSampler(BaseNode[ScheduleItem]):
+    """Exact-coverage episode pool over the episodes of a :class:`RankWorkerSharder`.
+
+    Admission: episodes join the pool in the sharder's order while the pool has fewer than
+    ``pool_size`` episodes and ``budget`` admits the episode's byte cost next to the resident
+    ones (the same rule the byte cache applies to fetches, so every pool fits in memory).
+
+    Strategies:
+      * ``remaining``: the next episode is drawn with weight = its remaining unvisited frames;
+      * ``round_robin``: each round shuffles the resident episodes and takes one frame of each;
+        episodes admitted during a round join the next round.
+
+    Guarantees: each of the worker's frames exactly once per epoch; the same (seed, epoch,
+    rank, worker, strategy, pool_size, costs) give the same schedule; ``reset(state)`` with a
+    state from ``state_dict()`` continues with exactly the items that followed it. The state
+    is small: the sharder cursor, ``[episode, frames taken]`` per resident episode, the current
+    round and the generator state.
+    """
+
+    SOURCE_KEY = "source"
+    NUM_YIELDED_KEY = "num_yielded"
+    POOL_KEY = "pool"
+    ROUND_KEY = "round"
+    RNG_KEY = "rng"
+    SETTINGS_KEY = "settings"
+
+    def __init__(
+        self,
+        source: RankWorkerSharder,
+        *,
+        pool_size: int,
+        strategy: str = "remaining",
+        seed: int | None = None,
+        episode_cost: Callable[[int], int] | None = None,
+        budget: ByteBudget | None = None,
+    ) -> None:
+        super().__init__()
+        if pool_size < 1:
+            raise ConfigError(f"--dataset.streaming_episode_pool_size must be >= 1, got {pool_size}")
+        if strategy not in SAMPLING_STRATEGIES:
+            raise ConfigError(
+                f"--dataset.streaming_sampling_strategy must be one of {', '.join(SAMPLING_STRATEGIES)}, got {strategy!r}"
+            )
+        self.source = source
+        self.pool_size = int(pool_size)
+        self.strategy = strategy
+        self.seed = resolve_seed(seed)
+        self.episode_cost = episode_cost
+        self.budget = budget or ByteBudget.unlimited()
+        self.epoch = 0
+        self._pool: list[list[int]] = []  # [episode, frames taken], admission order
+        self._round: list[int] = []
+        self._orders: dict[int, np.ndarray] = {}
+        self._costs: dict[int, int] = {}
+        self._rng = np.random.default_rng(0)
+        self._num_yielded = 0
+
+    def clone(self, source: RankWorkerSharder) -> EpisodePoolSampler:
+        """A fresh sampler with the same settings over ``source`` (not yet reset)."""
+        return EpisodePoolSampler(
+            source,
+            pool_size=self.pool_size,
+            strategy=self.strategy,
+            seed=self.seed,
+            episode_cost=self.episode_cost,
+            budget=self.budget,
+        )
+
+    def state_after(self, num_items: int, epoch: int) -> dict[str, Any]:
+        """The state this sampler has after ``num_items`` items of ``epoch``, computed on a clone.
+
+        Pure schedule logic (episode costs aside): nothing is fetched or decoded, and this
+        sampler is left untouched. Raises ``ValueError`` past the end of the epoch.
+        """
+        clone = self.clone(self.source.clone(initial_epoch=epoch))
+        clone.reset(None)
+        for done in range(num_items):
+            try:
+                next(clone)
+            except StopIteration:
+                raise ValueError(
+                    f"cannot skip {num_items} samples: epoch {epoch} of this worker has {done}"
+                ) from None
+        return clone.state_dict()
+
+    # -- what the prefetcher reads ----------------------------------------------------------
+    def resident_episodes(self) -> list[int]:
+        """Episodes in the pool now, in admission order."""
+        return [episode for episode, _ in self._pool]
+
+    def upcoming_episodes(self, count: int) -> list[int]:
+        """The next ``count`` episodes the pool will admit, in order."""
+        return self.source.peek(count)
+
+    def admission_order(self) -> list[int]:
+        """Every episode of this epoch in the order the pool admits them."""
+        return self.source.order
+
+    def admitted_count(self) -> int:
+        """How many episodes of :meth:`admission_order` were admitted so far."""
+        return self.source.cursor
+
+    def cost(self, episode: int) -> int:
+        """Byte cost of ``episode`` (0 without a cost function), checked against the rank budget."""
+        cached = self._costs.get(episode)
+        if cached is None:
+            cached = int(self.episode_cost(episode)) if self.episode_cost is not None else 0
+            self.budget.check_episode(episode, cached)
+            self._costs[episode] = cached
+        return cached
+
+    # -- BaseNode -------------------------------------------------------------------------
+    def _settings(self) -> list[Any]:
+        return [self.strategy, self.pool_size, self.seed]
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self._orders.clear()
+        self._costs.clear()
+        if initial_state is not None:
+            saved = list(initial_state[self.SETTINGS_KEY])
+            if saved != self._settings():
+                raise ConfigError(
+                    f"cannot resume: the checkpoint's schedule used strategy/pool_size/seed {saved}, this reader uses "
+                    f"{self._settings()}; keep --dataset.streaming_sampling_strategy, the pool settings and --seed "
+                    "when resuming"
+                )
+            self.source.reset(initial_state[self.SOURCE_KEY])
+            self.epoch = self.source.epoch
+            self._pool = [[int(e), int(taken)] for e, taken in initial_state[self.POOL_KEY]]
+            self._round = [int(e) for e in initial_state[self.ROUND_KEY]]
+            self._rng = np.random.default_rng(self._choice_seed())
+            self._rng.bit_generator.state = initial_state[self.RNG_KEY]
+            self._num_yielded = int(initial_state[self.NUM_YIELDED_KEY])
+        else:
+            self.source.reset(None)
+            self.epoch = self.source.epoch
+            self._pool = []
+            self._round = []
+            self._rng = np.random.default_rng(self._choice_seed())
+            self._num_yielded = 0
+
+    def _choice_seed(self) -> np.random.SeedSequence:
+        return np.random.SeedSequence(
+            [seed_entropy(self.seed), self.epoch, self.source.rank, self.source.worker_id, _CHOICE_STREAM]
+        )
+
+    def next(self) -> ScheduleItem:
+        self.source.mark_started()
+        self._admit()
+        if not self._pool:
+            raise StopIteration
+        slot = self._pick_remaining() if self.strategy == "remaining" else self._pick_round_robin()
+        episode, taken = self._pool[slot]
+        order = self._frame_order(episode)
+        frame = int(order[taken])
+        self._pool[slot][1] = taken + 1
+        last = taken + 1 == len(order)
+        if last:
+            del self._pool[slot]
+            del self._orders[episode]
+        item = ScheduleItem(episode=episode, frame=frame, seq=self._num_yielded, epoch=self.epoch, last_of_episode=last)
+        self._num_yielded += 1
+        return item
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            self.SOURCE_KEY: self.source.state_dict(),
+            self.NUM_YIELDED_KEY: self._num_yielded,
+            self.POOL_KEY: [list(slot) for slot in self._pool],
+            self.ROUND_KEY: list(self._round),
+            # numpy builds a fresh dict of plain ints on every read of ``state``.
+            self.RNG_KEY: self._rng.bit_generator.state,
+            self.SETTINGS_KEY: self._settings(),
+        }
+
+    # -- schedule logic ---------------------------------------------------------------------
+    def _admit(self) -> None:
+        """Fill the pool in the sharder's order, within the episode count and the byte budget."""
+        while len(self._pool) < self.pool_size:
+            upcoming = self.source.peek(1)
+            if not upcoming:
+                return
+            held = sum(self.cost(episode) for episode, _ in self._pool)
+            if not self.budget.admits(held, len(self._pool), self.cost(upcoming[0])):
+                return
+            episode = next(self.source)
+            self._pool.append([episode, 0])
+
+    def _frame_order(self, episode: int) -> np.ndarray:
+        order = self._orders.get(episode)
+        if order is None:
+            order = self._orders[episode] = frame_order(
+                self.seed, self.epoch, episode, self.source.episode_length(episode)
+            )
+        return order
+
+    def _pick_remaining(self) -> int:
+        remaining = [self.source.episode_length(episode) - taken for episode, taken in self._pool]
+        draw = int(self._rng.integers(sum(remaining)))
+        for slot, count in enumerate(remaining):
+            if draw < count:
+                return slot
+            draw -= count
+        raise AssertionError("unreachable: the draw is below the total remaining")
+
+    def _pick_round_robin(self) -> int:
+        resident = self.resident_episodes()
+        if not self._round:
+            # A new round: the resident episodes (admitted before it started) in a fresh order.
+            self._round = [resident[int(i)] for i in self._rng.permutation(len(resident))]
+        return resident.index(self._round.pop(0))
+

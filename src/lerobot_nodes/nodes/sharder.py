@@ -1,0 +1,243 @@
+"""Whole episodes of a dataset split over distributed ranks, then over a rank's DataLoader workers.
+
+:func:`frame_balanced_assignment` is the pure split: deterministic in (lengths, parts, seed),
+never splits an episode, and keeps every part's frame total within one episode length of
+every other part. :func:`worker_episodes` applies it twice (ranks, then the workers of one
+rank). :class:`RankWorkerSharder` is the source node of the streaming graph: it yields the
+episodes of one worker, in an order shuffled per epoch from (seed, epoch, rank, worker).
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from torchdata.nodes import BaseNode
+
+from ..config import resolve_seed
+from ..errors import ConfigError
+
+# Distinct SeedSequence streams, so the rank split, the worker split and the per-epoch
+# admission order never share random draws.
+_RANK_SPLIT_STREAM = 0x52414E4B
+_WORKER_SPLIT_STREAM = 0x574F524B
+_EPOCH_ORDER_STREAM = 0x4F524452
+
+
+def seed_entropy(seed: int) -> int:
+    """A non-negative integer for ``np.random.SeedSequence`` from any integer seed."""
+    return int(seed) % (1 << 64)
+
+
+def frame_balanced_assignment(lengths: Sequence[int], num_parts: int, seed: int) -> list[list[int]]:
+    """Positions ``0..len(lengths)-1`` split into ``num_parts`` parts of whole items.
+
+    Longest first, each item goes to the part with the fewest frames so far (ties between
+    equal lengths are broken by a permutation drawn from ``seed``; ties between parts by part
+    number). Guarantees: every position is in exactly one part; each part is sorted; when
+    there are at least ``num_parts`` items every part is non-empty; the largest and the
+    smallest frame totals differ by at most ``max(lengths)``.
+    """
+    if num_parts < 1:
+        raise ValueError(f"num_parts must be >= 1, got {num_parts}")
+    if any(int(length) <= 0 for length in lengths):
+        raise ValueError("every episode length must be > 0")
+    rng = np.random.default_rng(np.random.SeedSequence([seed_entropy(seed), _RANK_SPLIT_STREAM]))
+    tie_break = rng.permutation(len(lengths))
+    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), int(tie_break[i])))
+    totals = [(0, part) for part in range(num_parts)]
+    parts: list[list[int]] = [[] for _ in range(num_parts)]
+    for position in order:
+        total, part = heapq.heappop(totals)
+        parts[part].append(position)
+        heapq.heappush(totals, (total + int(lengths[position]), part))
+    return [sorted(part) for part in parts]
+
+
+def rank_episodes(episodes: Sequence[int], lengths: Sequence[int], rank: int, world_size: int, seed: int) -> list[int]:
+    """The episodes distributed rank ``rank`` owns; raises when a rank would own none."""
+    _check_topology("rank", rank, "world_size", world_size)
+    if len(episodes) < world_size:
+        raise ConfigError(
+            f"no rank has data: {len(episodes)} selected episode(s) for {world_size} ranks leaves "
+            f"{world_size - len(episodes)} rank(s) without an episode (episodes are never split across ranks); "
+            f"use at most {len(episodes)} rank(s) or select more episodes"
+        )
+    parts = frame_balanced_assignment(lengths, world_size, seed)
+    return [int(episodes[i]) for i in parts[rank]]
+
+
+def worker_episodes(
+    episodes: Sequence[int],
+    lengths: Sequence[int],
+    rank: int,
+    world_size: int,
+    worker_id: int,
+    num_workers: int,
+    seed: int | None,
+) -> list[int]:
+    """The episodes DataLoader worker ``worker_id`` of rank ``rank`` reads, sorted.
+
+    ``episodes`` are the selected episode indices and ``lengths`` their frame counts
+    (aligned). ``num_workers=0`` means the training process reads alone (one part).
+    """
+    seed = resolve_seed(seed)
+    if len(episodes) != len(lengths):
+        raise ValueError(f"{len(episodes)} episodes but {len(lengths)} lengths")
+    num_workers = max(1, num_workers)
+    _check_topology("worker_id", worker_id, "num_workers", num_workers)
+    length_of = dict(zip((int(e) for e in episodes), (int(n) for n in lengths), strict=True))
+    owned = rank_episodes(episodes, lengths, rank, world_size, seed)
+    if len(owned) < num_workers:
+        raise ConfigError(
+            f"rank {rank} owns {len(owned)} episode(s) but has {num_workers} DataLoader workers; a worker needs at "
+            f"least one whole episode: use --num_workers={len(owned)} or fewer (or fewer ranks)"
+        )
+    worker_seed = seed_entropy(seed) ^ (rank * 0x9E3779B1) ^ _WORKER_SPLIT_STREAM
+    parts = frame_balanced_assignment([length_of[e] for e in owned], num_workers, worker_seed)
+    return sorted(owned[i] for i in parts[worker_id])
+
+
+def max_workers_for_rank(episodes: Sequence[int], lengths: Sequence[int], rank: int, world_size: int, seed: int | None) -> int:
+    """How many DataLoader workers rank ``rank`` can feed (one whole episode each at least)."""
+    return len(rank_episodes(episodes, lengths, rank, world_size, resolve_seed(seed)))
+
+
+def _check_topology(index_name: str, index: int, count_name: str, count: int) -> None:
+    if count < 1 or not 0 <= index < count:
+        raise ConfigError(f"{index_name}={index} is not in [0, {count_name}={count})")
+
+
+class RankWorkerSharder(BaseNode[int]):
+    """Source node: the episodes of one (rank, worker), in a seeded order per epoch.
+
+    Guarantees: over one epoch it yields each of the worker's episodes exactly once; the
+    order is a permutation drawn from (seed, epoch, rank, worker) only; the workers of all
+    ranks together yield every selected episode exactly once per epoch. ``reset(None)`` after
+    an iteration that started (a ``next()`` or :meth:`mark_started`, also before a saved
+    state) moves to the next epoch, like ``SamplerWrapper``. The state is ``{epoch, cursor,
+    started}`` plus the topology, which is validated on restore.
+    """
+
+    EPOCH_KEY = "epoch"
+    CURSOR_KEY = "cursor"
+    STARTED_KEY = "started"
+    TOPOLOGY_KEY = "topology"
+
+    def __init__(
+        self,
+        episodes: Sequence[int],
+        lengths: Sequence[int],
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        worker_id: int = 0,
+        num_workers: int = 1,
+        seed: int | None = None,
+        initial_epoch: int = 0,
+        shuffle: bool = True,
+    ) -> None:
+        super().__init__()
+        self.seed = resolve_seed(seed)
+        self.rank = int(rank)
+        self.world_size = int(world_size)
+        self.worker_id = int(worker_id)
+        self.num_workers = max(1, int(num_workers))
+        self.shuffle = shuffle
+        self.episodes = worker_episodes(
+            episodes, lengths, self.rank, self.world_size, self.worker_id, self.num_workers, self.seed
+        )
+        length_of = dict(zip((int(e) for e in episodes), (int(n) for n in lengths), strict=True))
+        self._lengths = {e: length_of[e] for e in self.episodes}
+        self.epoch = int(initial_epoch)
+        self._cursor = 0
+        self._started = False
+        self._order: list[int] = []
+
+    def clone(self, initial_epoch: int | None = None) -> RankWorkerSharder:
+        """A fresh sharder of the same episodes, topology and seed (not yet reset)."""
+        twin = copy.copy(self)  # shares the episode list and lengths, which never change
+        BaseNode.__init__(twin)
+        twin.epoch = self.epoch if initial_epoch is None else int(initial_epoch)
+        twin._cursor, twin._started, twin._order = 0, False, []
+        return twin
+
+    # -- what the pool sampler reads ------------------------------------------------------
+    @property
+    def num_frames(self) -> int:
+        """Frames of this worker's episodes: the length of one coverage epoch."""
+        return sum(self._lengths.values())
+
+    def episode_length(self, episode: int) -> int:
+        return self._lengths[episode]
+
+    @property
+    def order(self) -> list[int]:
+        """This epoch's episodes in the order they are yielded."""
+        return self._order
+
+    @property
+    def cursor(self) -> int:
+        """How many episodes of :attr:`order` were yielded."""
+        return self._cursor
+
+    def peek(self, count: int) -> list[int]:
+        """The next ``count`` episodes this epoch will yield, without consuming them."""
+        return self._order[self._cursor : self._cursor + max(0, count)]
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        """The admission order of ``epoch``: a pure function of (seed, epoch, rank, worker)."""
+        if not self.shuffle:
+            return list(self.episodes)
+        sequence = np.random.SeedSequence(
+            [seed_entropy(self.seed), int(epoch), self.rank, self.worker_id, _EPOCH_ORDER_STREAM]
+        )
+        permutation = np.random.default_rng(sequence).permutation(len(self.episodes))
+        return [self.episodes[int(i)] for i in permutation]
+
+    # -- BaseNode -------------------------------------------------------------------------
+    def _topology(self) -> list[int]:
+        return [self.rank, self.world_size, self.worker_id, self.num_workers, len(self.episodes)]
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        if initial_state is not None:
+            saved = list(initial_state[self.TOPOLOGY_KEY])
+            if saved != self._topology():
+                raise ConfigError(
+                    "cannot resume: the checkpoint was taken with rank/world_size/worker/num_workers/episodes "
+                    f"{saved}, this reader has {self._topology()}; resume with the same world size, "
+                    "--num_workers and episode selection"
+                )
+            self.epoch = int(initial_state[self.EPOCH_KEY])
+            self._cursor = int(initial_state[self.CURSOR_KEY])
+            self._started = bool(initial_state[self.STARTED_KEY])
+        else:
+            if self._started:
+                self.epoch += 1
+            self._cursor = 0
+            self._started = False
+        self._order = self.epoch_order(self.epoch)
+
+    def mark_started(self) -> None:
+        """Record that this epoch's iteration began (a consumer pulled from the pool)."""
+        self._started = True
+
+    def next(self) -> int:
+        self._started = True
+        if self._cursor >= len(self._order):
+            raise StopIteration
+        episode = self._order[self._cursor]
+        self._cursor += 1
+        return episode
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            self.EPOCH_KEY: self.epoch,
+            self.CURSOR_KEY: self._cursor,
+            self.STARTED_KEY: self._started,
+            self.TOPOLOGY_KEY: self._topology(),
+        }

@@ -1,0 +1,80 @@
+"""Small builders shared by the node tests: pure schedules, fake payloads, sample comparison."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from lerobot_nodes.nodes import ByteBudget, EpisodePoolSampler, RankWorkerSharder, ScheduleItem
+
+
+def make_sampler(
+    episodes: Sequence[int],
+    lengths: Sequence[int],
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    worker_id: int = 0,
+    num_workers: int = 1,
+    pool_size: int = 4,
+    strategy: str = "remaining",
+    seed: int | None = 0,
+    costs: dict[int, int] | None = None,
+    budget: ByteBudget | None = None,
+    shuffle: bool = True,
+    initial_epoch: int = 0,
+) -> EpisodePoolSampler:
+    sharder = RankWorkerSharder(
+        episodes,
+        lengths,
+        rank=rank,
+        world_size=world_size,
+        worker_id=worker_id,
+        num_workers=num_workers,
+        seed=seed,
+        shuffle=shuffle,
+        initial_epoch=initial_epoch,
+    )
+    return EpisodePoolSampler(
+        sharder,
+        pool_size=pool_size,
+        strategy=strategy,
+        seed=seed,
+        episode_cost=costs.__getitem__ if costs is not None else None,
+        budget=budget,
+    )
+
+
+def pairs(items: Sequence[ScheduleItem]) -> list[tuple[int, int]]:
+    return [(item.episode, item.frame) for item in items]
+
+
+def assert_samples_equal(expected: dict[str, Any], actual: dict[str, Any], where: str = "") -> None:
+    """Same keys in the same order, equal tensors (dtype and shape included), equal other values."""
+    assert list(expected) == list(actual), f"{where}: keys {list(expected)} != {list(actual)}"
+    for key, value in expected.items():
+        other = actual[key]
+        if isinstance(value, torch.Tensor):
+            assert isinstance(other, torch.Tensor), f"{where}: {key} is not a tensor"
+            assert value.dtype == other.dtype and value.shape == other.shape, f"{where}: {key} dtype/shape"
+            assert torch.equal(value, other), f"{where}: {key} differs"
+        else:
+            assert value == other, f"{where}: {key}: {value!r} != {other!r}"
+
+
+def lerobot_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("lerobot-nodes")]
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return predicate()

@@ -1,0 +1,97 @@
+"""OrderedBuffer: schedule order whatever the finish order, bounded look-ahead, exact state, errors."""
+
+from __future__ import annotations
+
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from torchdata.nodes import BaseNode
+
+from lerobot_nodes.nodes import GraphFailedError, OrderedBuffer, PendingSample, ScheduleItem
+
+
+class ShuffledFinish(BaseNode[PendingSample]):
+    """Pending samples ``0..n-1`` that finish in a random order; optional failures."""
+
+    def __init__(self, n: int, fail_map: int | None = None, fail_pull: int | None = None, seed: int = 0) -> None:
+        super().__init__()
+        self.n, self.fail_map, self.fail_pull = n, fail_map, fail_pull
+        self.rng = random.Random(seed)
+        self.pool = ThreadPoolExecutor(4)
+        self.pulled = 0
+        self.i = 0
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self.i = initial_state["i"] if initial_state else 0
+
+    def next(self) -> PendingSample:
+        if self.i >= self.n:
+            raise StopIteration
+        if self.i == self.fail_pull:
+            raise ValueError(f"source failed at {self.i}")
+        i, delay = self.i, self.rng.random() * 0.01
+        self.i += 1
+        self.pulled += 1
+
+        def work() -> dict[str, Any]:
+            time.sleep(delay)
+            if i == self.fail_map:
+                raise KeyError(f"decode failed at {i}")
+            return {"i": i}
+
+        item = ScheduleItem(episode=0, frame=i, seq=i, epoch=0, last_of_episode=False)
+        return PendingSample(item, self.pool.submit(work))
+
+    def get_state(self) -> dict[str, Any]:
+        return {"i": self.i}
+
+
+@pytest.mark.timeout(30)
+def test_samples_come_out_in_schedule_order_with_bounded_lookahead():
+    source = ShuffledFinish(60)
+    buffer = OrderedBuffer(source, max_ahead=5)
+    out = []
+    for sample in buffer:
+        out.append(sample["i"])
+        assert source.pulled - len(out) <= 5
+    assert out == list(range(60))
+
+
+@pytest.mark.timeout(30)
+def test_state_excludes_samples_decoded_ahead_and_resumes_exactly():
+    for cut in (0, 1, 17, 39, 40):
+        buffer = OrderedBuffer(ShuffledFinish(40, seed=cut), max_ahead=6)
+        head = [next(buffer)["i"] for _ in range(cut)]
+        state = buffer.state_dict()
+        assert state["source"] == {"i": cut} and state["num_yielded"] == cut
+        resumed = OrderedBuffer(ShuffledFinish(40, seed=99), max_ahead=3)
+        resumed.reset(state)
+        assert head + [s["i"] for s in resumed] == list(range(40))
+
+
+@pytest.mark.timeout(30)
+def test_a_decode_error_is_raised_in_order_then_the_graph_stays_failed():
+    buffer = OrderedBuffer(ShuffledFinish(20, fail_map=7), max_ahead=8)
+    got = [next(buffer)["i"] for _ in range(7)]
+    assert got == list(range(7))
+    with pytest.raises(KeyError, match="decode failed at 7"):
+        next(buffer)
+    assert buffer.state_dict()["source"] == {"i": 7}  # a resume retries the failed sample
+    with pytest.raises(GraphFailedError, match="decode failed at 7"):
+        next(buffer)
+    buffer.reset()
+    assert next(buffer)["i"] == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_source_error_comes_after_the_samples_pulled_before_it():
+    buffer = OrderedBuffer(ShuffledFinish(20, fail_pull=4), max_ahead=8)
+    assert [next(buffer)["i"] for _ in range(4)] == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="source failed at 4"):
+        next(buffer)
+    with pytest.raises(GraphFailedError):
+        next(buffer)

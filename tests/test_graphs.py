@@ -1,0 +1,100 @@
+"""The ready-made graphs of ``graphs/``: default, round robin, resumable weighted mix."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torchdata.nodes import Loader
+
+from lerobot_nodes import MapStyleLeRobotDataset
+from lerobot_nodes.config import StreamingConfig
+from lerobot_nodes.testing import write_dataset
+
+# ``graphs`` is a top-level folder of the repository, not part of the installed package.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from graphs import round_robin_graph, streaming_graph, weighted_mix_graph  # noqa: E402
+from graphs.weighted_mix import DATASET_KEY  # noqa: E402
+
+CONFIG = StreamingConfig(streaming_episode_pool_size=3, streaming_prefetch_episodes=2, max_num_shards=2)
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory, monkeypatch_module):
+    base = tmp_path_factory.mktemp("graphs")
+    monkeypatch_module.setenv("HF_LEROBOT_HOME", str(base / "home"))
+    video = write_dataset(base / "video", episode_lengths=[12, 9, 15, 7], cameras=("observation.images.top",), seed=2)
+    tabular = write_dataset(base / "tabular", episode_lengths=[6, 11, 4, 9, 5], cameras=(), seed=3)
+    return video, tabular
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.mark.timeout(120)
+def test_default_graph_streams_an_epoch_equal_to_map_style(datasets):
+    video, _ = datasets
+    delta = {"action": [0.0, 1 / 30], "observation.images.top": [-1 / 30, 0.0]}
+    graph = streaming_graph(video, config=CONFIG, seed=7, delta_timestamps=delta, return_uint8=True)
+    samples = list(Loader(graph.root))
+    reference = MapStyleLeRobotDataset(root=video, delta_timestamps=delta, return_uint8=True)
+    assert sorted(int(s["index"]) for s in samples) == list(range(len(reference)))
+    for sample in samples:
+        expected = reference[int(sample["index"])]
+        assert list(expected) == list(sample)
+        for key, value in expected.items():
+            if isinstance(value, torch.Tensor):
+                assert value.dtype == sample[key].dtype and torch.equal(value, sample[key]), key
+            else:
+                assert value == sample[key], key
+    graph.close()
+
+
+@pytest.mark.timeout(60)
+def test_round_robin_graph_visits_every_resident_episode_each_round(datasets):
+    _, tabular = datasets
+    graph = round_robin_graph(tabular, config=CONFIG, seed=1)
+    assert graph.sampler.strategy == "round_robin" and graph.sampler.pool_size == 3
+    episodes = [int(s["episode_index"]) for s in Loader(graph.root)]
+    assert len(episodes) == 35
+    assert len(set(episodes[:3])) == 3  # the first round: one frame of each of the 3 resident episodes
+    graph.close()
+
+
+@pytest.mark.timeout(120)
+def test_weighted_mix_covers_each_dataset_and_resumes_exactly(datasets):
+    video, tabular = datasets
+    roots = {"video": video, "tabular": tabular}
+    weights = {"video": 0.4, "tabular": 0.6}
+
+    def keys(samples):
+        return [(s[DATASET_KEY], int(s["index"])) for s in samples]
+
+    mix = weighted_mix_graph(roots, weights, seed=3, config=CONFIG, rank=0, world_size=1)
+    full = keys(Loader(mix.root))
+    mix.close()
+    counts = {"video": 43, "tabular": 35}
+    for name, frames in counts.items():
+        first_epoch = [index for dataset, index in full if dataset == name][:frames]
+        assert sorted(first_epoch) == list(range(frames)), name
+    assert {dataset for dataset, _ in full} == set(roots)
+    for cut in (1, len(full) // 3, len(full) - 2):
+        run = weighted_mix_graph(roots, weights, seed=3, config=CONFIG, rank=0, world_size=1)
+        loader = Loader(run.root)
+        iterator = iter(loader)
+        head = keys(next(iterator) for _ in range(cut))
+        state = loader.state_dict()
+        run.close()
+        resumed = weighted_mix_graph(roots, weights, seed=3, config=CONFIG, rank=0, world_size=1)
+        resumed_loader = Loader(resumed.root)
+        resumed_loader.load_state_dict(state)
+        assert head + keys(resumed_loader) == full, cut
+        resumed.close()
