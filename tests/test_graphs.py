@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from torchdata.nodes import Loader
 
+from graphs import round_robin_graph, streaming_graph, weighted_mix_graph
+from graphs.weighted_mix import DATASET_KEY
 from lerobot_nodes import MapStyleLeRobotDataset
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.testing import write_dataset
-
-# ``graphs`` is a top-level folder of the repository, not part of the installed package.
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from graphs import round_robin_graph, streaming_graph, weighted_mix_graph  # noqa: E402
-from graphs.weighted_mix import DATASET_KEY  # noqa: E402
 
 CONFIG = StreamingConfig(streaming_episode_pool_size=3, streaming_prefetch_episodes=2, max_num_shards=2)
 

@@ -48,9 +48,82 @@ def _act_window(root: Any) -> dict[str, list[float]]:
     return window
 
 
+def run_stream_command(args: argparse.Namespace) -> int:
+    from .flags import split_flags
+    from .stream import run_stream
+
+    dataset, streaming, training, rest = split_flags(args.flags)
+    if rest:
+        raise SystemExit(f"lerobot-nodes stream: unknown arguments {rest}; flags look like --dataset.root=PATH")
+    return run_stream(
+        dataset,
+        streaming,
+        training,
+        window=args.window,
+        save_checkpoint=args.save_checkpoint,
+        resume=args.resume,
+        record=args.record,
+        quiet=args.quiet,
+    )
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from ..meta import load_meta
+    from ..sources.resolve import resolve_source
+    from ..testing import ensure_demo_dataset
+    from .flags import split_flags
+
+    dataset, _, _, _ = split_flags(args.flags)
+    root = dataset.get("root")
+    if root is None and dataset.get("repo_id") is None:
+        root = str(ensure_demo_dataset())
+    source = resolve_source(repo_id=dataset.get("repo_id"), root=root, revision=dataset.get("revision"))
+    meta = load_meta(source)
+    print(meta.summary())
+    print(describe_sidecar(source, meta))
+    return 0
+
+
+def describe_sidecar(source: Any, meta: Any) -> str:
+    """Where the MP4 index of every video file comes from, opening (or building) it if needed."""
+    from ..sidecar import SidecarCache
+
+    paths = meta.video_files()
+    if not paths:
+        return "MP4 sidecar: the dataset has no videos"
+    started = time.perf_counter()
+    indexes, report = SidecarCache().open(source, paths, dataset_id=meta.repo_id)
+    samples = sum(len(index.sizes) for index in indexes.values())
+    nbytes = sum(sum(array.nbytes for array in vars(index).values() if hasattr(array, "nbytes")) for index in indexes.values())
+    lines = [
+        f"MP4 sidecar: {len(indexes)} video files, {samples} samples, opened in {time.perf_counter() - started:.3f} s",
+        f"  reused {len(report.reused)}, converted from a published sidecar {len(report.converted)}, "
+        f"built {len(report.built)}{' (in memory: the store has no stable identities)' if report.in_memory else ''}",
+        f"  index arrays: {nbytes / max(1, samples):.1f} bytes per frame",
+    ]
+    lines += [f"  rebuilt {path}: {reason}" for path, reason in report.stale.items()]
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lerobot-nodes", description=__doc__)
     commands = parser.add_subparsers(dest="command")
+    stream = commands.add_parser(
+        "stream",
+        help="stream a dataset (default: the built-in demo) through StatefulDataLoader like training does",
+        description="Flags as LeRobot users type them: --dataset.root=PATH --dataset.repo_id=OWNER/NAME "
+        "--dataset.streaming_episode_pool_size=16 --batch_size=8 --num_workers=2 --steps=100 --seed=1000 ...",
+    )
+    stream.add_argument("flags", nargs="*", help="--dataset.*, --batch_size, --num_workers, --steps, --seed, --log_freq")
+    stream.add_argument("--window", choices=("none", "act", "diffusion"), default="act")
+    stream.add_argument("--save-checkpoint", default=None, help="save the loader state after the last step")
+    stream.add_argument("--resume", default=None, help="continue from a checkpoint saved by --save-checkpoint")
+    stream.add_argument("--record", default=None, help="append the (episode, frame) of every sample to this file")
+    stream.add_argument("--quiet", action="store_true")
+    stream.set_defaults(handler=run_stream_command)
+    inspect = commands.add_parser("inspect", help="summarise a dataset and its MP4 sidecar index")
+    inspect.add_argument("flags", nargs="*", help="--dataset.root=PATH or --dataset.repo_id=OWNER/NAME")
+    inspect.set_defaults(handler=run_inspect)
     demo = commands.add_parser("demo", help="read the built-in demo dataset and print samples")
     demo.add_argument("--root", default=None, help="a local LeRobot v3 dataset instead of the demo")
     demo.add_argument("--samples", type=int, default=4)
@@ -60,9 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["demo", *(argv or [])])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("--"):
+        argv = ["stream", *argv]
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if args.command in ("stream", "inspect"):
+            args.flags = [*args.flags, *unknown]
+        else:
+            parser.error(f"unknown arguments {unknown}")
     return int(args.handler(args))
 
 
