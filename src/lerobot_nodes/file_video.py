@@ -8,6 +8,7 @@ The container stays open between calls so consecutive samples do not reopen the 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -117,17 +118,22 @@ class FileVideoDecoder:
 
 
 class FileVideoDecoderCache:
-    """A small LRU of open :class:`FileVideoDecoder` per thread."""
+    """A small LRU of open :class:`FileVideoDecoder` per thread of each process.
+
+    Decoders inherited through ``fork`` are kept referenced but never used or closed in the
+    child: closing an FFmpeg decoder whose threads lived in the parent crashes the child.
+    """
 
     def __init__(self, source: ByteSource, capacity: int = 8) -> None:
         self.source = source
         self.capacity = capacity
-        self._local = threading.local()
+        self._caches: dict[tuple[int, int], OrderedDict[str, FileVideoDecoder]] = {}
+        self._lock = threading.Lock()
 
     def get(self, path: str) -> FileVideoDecoder:
-        cache: OrderedDict[str, FileVideoDecoder] | None = getattr(self._local, "cache", None)
-        if cache is None:
-            cache = self._local.cache = OrderedDict()
+        key = (os.getpid(), threading.get_ident())
+        with self._lock:
+            cache = self._caches.setdefault(key, OrderedDict())
         decoder = cache.get(path)
         if decoder is None:
             decoder = cache[path] = FileVideoDecoder(self.source, path)

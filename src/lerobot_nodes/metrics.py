@@ -7,9 +7,11 @@ measured where it is felt: in the training process, around ``next(loader)``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
@@ -59,6 +61,8 @@ class WorkerCounters:
             self._memory = shared_memory.SharedMemory(create=True, size=nbytes)
             self._table = np.ndarray(self._shape, dtype=np.float64, buffer=self._memory.buf)
             self._table[:] = 0
+            # The creator unlinks the segment when it is collected or the process exits.
+            weakref.finalize(self, _release, self._memory, self._table)
         else:
             self._table = np.zeros(self._shape, dtype=np.float64)
         self._lock = threading.Lock()
@@ -93,11 +97,14 @@ class WorkerCounters:
         return {name: float(self._table[:, i].sum()) for i, name in enumerate(COUNTER_NAMES)}
 
     def close(self) -> None:
+        """Detach (and, in the creating process, remove) the shared table; totals read 0 after."""
         if self._memory is not None:
-            self._memory.close()
+            memory, self._memory = self._memory, None
+            self._table = np.zeros(self._shape, dtype=np.float64)
             if self._owner:
-                self._memory.unlink()
-            self._memory = None
+                _release(memory, None)
+            else:
+                memory.close()
 
 
 class WorkerMetrics:
@@ -112,6 +119,14 @@ class WorkerMetrics:
 
     def set(self, name: str, value: float) -> None:
         self.counters.add(self.row, name, value)
+
+
+def _release(memory: shared_memory.SharedMemory, table: np.ndarray | None) -> None:
+    # Unlink first: closing fails while a numpy view of the buffer is still alive.
+    with contextlib.suppress(FileNotFoundError):
+        memory.unlink()
+    with contextlib.suppress(BufferError):
+        memory.close()
 
 
 def _attach_untracked(name: str) -> shared_memory.SharedMemory:
@@ -205,6 +220,8 @@ class StreamingMetrics:
     def timed(self, batches: Iterable[T], batch_size_of=None) -> Iterator[T]:  # type: ignore[no-untyped-def]
         """Yield from ``batches``, recording how long each ``next()`` waited."""
         iterator = iter(batches)
+        if not self.batch_waits:
+            self._started = time.perf_counter()
         while True:
             started = time.perf_counter()
             try:

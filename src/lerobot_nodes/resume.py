@@ -28,10 +28,15 @@ def batches_per_epoch(samples: int, batch_size: int) -> int:
 
 
 def worker_offsets(step: int, batch_size: int, worker_samples: Sequence[int]) -> list[WorkerOffset]:
+    return resume_point(step, batch_size, worker_samples)[0]
+
+
+def resume_point(step: int, batch_size: int, worker_samples: Sequence[int]) -> tuple[list[WorkerOffset], int]:
     """The position of every worker of one rank after the rank consumed ``step`` batches.
 
     ``worker_samples[w]`` is the number of samples worker ``w`` yields per epoch (one entry
     for ``num_workers=0``). Epochs restart from worker 0, as a new DataLoader iterator does.
+    Also returns the worker that yields the next batch (batch number ``step``).
     """
     if step < 0 or batch_size < 1:
         raise ValueError(f"step must be >= 0 and batch_size >= 1, got step={step}, batch_size={batch_size}")
@@ -46,7 +51,10 @@ def worker_offsets(step: int, batch_size: int, worker_samples: Sequence[int]) ->
             worker = (worker + 1) % len(per_worker)
         taken[worker] += 1
         worker = (worker + 1) % len(per_worker)
-    return [
+    while taken[worker] >= per_worker[worker]:
+        worker = (worker + 1) % len(per_worker)
+    offsets = [
         WorkerOffset(epoch=epoch, samples=min(count * batch_size, samples))
         for count, samples in zip(taken, worker_samples, strict=True)
     ]
+    return offsets, worker

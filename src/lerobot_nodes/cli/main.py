@@ -61,6 +61,7 @@ def run_stream_command(args: argparse.Namespace) -> int:
         training,
         window=args.window,
         save_checkpoint=args.save_checkpoint,
+        checkpoint_every=args.checkpoint_every,
         resume=args.resume,
         record=args.record,
         quiet=args.quiet,
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("flags", nargs="*", help="--dataset.*, --batch_size, --num_workers, --steps, --seed, --log_freq")
     stream.add_argument("--window", choices=("none", "act", "diffusion"), default="act")
     stream.add_argument("--save-checkpoint", default=None, help="save the loader state after the last step")
+    stream.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps")
     stream.add_argument("--resume", default=None, help="continue from a checkpoint saved by --save-checkpoint")
     stream.add_argument("--record", default=None, help="append the (episode, frame) of every sample to this file")
     stream.add_argument("--quiet", action="store_true")

@@ -1,0 +1,400 @@
+"""``StreamingLeRobotDataset``: the streaming graph behind a (Stateful)DataLoader.
+
+The dataset object holds configuration only. Each DataLoader worker (or the training process
+when ``num_workers=0``) builds its own graph on its first ``iter()``, from the rank and
+world size captured here in the main process (spawned workers may not see
+``torch.distributed``). The dataset is ``Stateful``: ``StatefulDataLoader`` saves every
+worker's graph state with each snapshot and restores it exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import multiprocessing.context
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+from torchdata.nodes.samplers.utils import get_rank_and_world_size
+
+from .config import StreamingConfig, resolve_seed
+from .errors import ConfigError
+from .meta import DatasetMeta, load_meta, select_episodes
+from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
+from .nodes.graph import StreamingGraph, build_streaming_graph
+from .nodes.sharder import max_workers_for_rank, worker_episodes
+from .resume import WorkerOffset, resume_point
+from .sample import SampleSpec
+from .sources import ByteSource
+from .sources.resolve import resolve_source
+
+logger = logging.getLogger("lerobot_nodes.dataset")
+
+STATE_VERSION = 1
+GRAPH_KEY = "graph"
+SEED_KEY = "seed"
+TOPOLOGY_KEY = "topology"
+VERSION_KEY = "version"
+MAX_METRIC_ROWS = 256
+"""Workers per rank that report metrics (rows of the shared counter table)."""
+
+
+class StreamingLeRobotDataset(IterableDataset):
+    """Streams a LeRobot v3 dataset episode by episode, exact-coverage and resumable.
+
+    Arguments follow LeRobot's own ``StreamingLeRobotDataset`` where the meaning matches;
+    ``config`` holds every ``--dataset.streaming_*`` option. ``seed=None`` uses the fixed
+    streaming seed 42. ``rank``/``world_size`` default to the distributed process group (or
+    the ``RANK``/``WORLD_SIZE`` environment) at construction time.
+
+    Guarantees: over one epoch the ranks and workers together yield every frame of the
+    selected episodes exactly once; the same seed gives the same order; a state saved by
+    ``StatefulDataLoader`` (or :meth:`state_dict`) resumes exactly where it was taken.
+    """
+
+    def __init__(
+        self,
+        repo_id: str | None = None,
+        root: str | os.PathLike[str] | ByteSource | None = None,
+        episodes: Sequence[int] | None = None,
+        image_transforms: Callable[[Any], Any] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        tolerance_s: float = 1e-4,
+        revision: str | None = None,
+        max_num_shards: int | None = None,
+        seed: int | None = None,
+        return_uint8: bool = False,
+        *,
+        repo_type: str = "dataset",
+        token: str | bool | None = None,
+        config: StreamingConfig | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        config = config or StreamingConfig()
+        if max_num_shards is not None:
+            config = dataclasses.replace(config, max_num_shards=max(1, int(max_num_shards)))
+        self.config = config
+        self.repo_id = repo_id
+        self.source = resolve_source(repo_id=repo_id, root=root, revision=revision, repo_type=repo_type, token=token)
+        self.meta: DatasetMeta = load_meta(self.source, repo_id=repo_id)
+        self.episodes = select_episodes(self.meta, episodes)
+        self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else None
+        self.tolerance_s = tolerance_s
+        self.image_transforms = image_transforms
+        self.return_uint8 = return_uint8
+        self.seed = resolve_seed(seed)
+        detected_rank, detected_world = get_rank_and_world_size()
+        self.rank = detected_rank if rank is None else int(rank)
+        self.world_size = detected_world if world_size is None else int(world_size)
+        # Validate now, in the main process, so errors do not surface inside workers.
+        SampleSpec.from_meta(self.meta, self.delta_timestamps, tolerance_s)
+        self.max_workers = max_workers_for_rank(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
+        self.counters = WorkerCounters(MAX_METRIC_ROWS)
+        self.metrics = StreamingMetrics(self.counters)
+        self._graph: StreamingGraph | None = None
+        self._graph_topology: tuple[int, int] | None = None
+        # After a step-offset resume, DataLoader worker p plays worker (p + shift) % n for the rest
+        # of that epoch, because a new DataLoader asks worker 0 first (see _state_after_step).
+        self._worker_shift = 0
+        self._shifted_epoch: int | None = None
+        self._pending_state: dict[str, Any] | None = None
+        self._pending_step: tuple[int, int, int] | None = None
+        self._iterated = False
+
+    # -- LeRobotDataset-like properties -------------------------------------------------
+    @property
+    def fps(self) -> int:
+        return self.meta.fps
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self.meta.features
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episodes)
+
+    @property
+    def num_frames(self) -> int:
+        return int(sum(self._lengths()))
+
+    def _lengths(self) -> list[int]:
+        return [int(self.meta.episodes.length[e]) for e in self.episodes]
+
+    def rank_num_frames(self) -> int:
+        """Frames this rank yields per epoch."""
+        owned = worker_episodes(self.episodes, self._lengths(), self.rank, self.world_size, 0, 1, self.seed)
+        return int(sum(int(self.meta.episodes.length[e]) for e in owned))
+
+    def clamp_num_workers(self, num_workers: int) -> int:
+        """``num_workers`` limited to the episodes this rank owns (a warning when it is cut)."""
+        if num_workers > self.max_workers:
+            warnings.warn(
+                f"--num_workers={num_workers} is more than rank {self.rank} can feed: it owns {self.max_workers} "
+                f"episode(s) and a worker needs at least one whole episode; using {self.max_workers} worker(s)",
+                stacklevel=2,
+            )
+            return self.max_workers
+        return num_workers
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A live graph holds threads and is never picklable; each worker builds its own.
+        state = self.__dict__.copy()
+        state["_graph"] = None
+        state["_graph_topology"] = None
+        return state
+
+    # -- iteration ------------------------------------------------------------------------
+    def _physical_topology(self) -> tuple[int, int]:
+        info = get_worker_info()
+        return (info.id, info.num_workers) if info is not None else (0, 0)
+
+    def _topology(self) -> tuple[int, int]:
+        """(the worker whose schedule this process reads, number of workers)."""
+        worker_id, num_workers = self._physical_topology()
+        if num_workers > 0 and self._worker_shift:
+            return (worker_id + self._worker_shift) % num_workers, num_workers
+        return worker_id, num_workers
+
+    def _build_graph(self, worker_id: int, num_workers: int, epoch: int) -> StreamingGraph:
+        return build_streaming_graph(
+            self.source,
+            self.meta,
+            self.episodes,
+            rank=self.rank,
+            world_size=self.world_size,
+            worker_id=worker_id,
+            num_workers=num_workers,
+            config=self.config,
+            seed=self.seed,
+            epoch=epoch,
+            delta_timestamps=self.delta_timestamps,
+            tolerance_s=self.tolerance_s,
+            image_transforms=self.image_transforms,
+            transforms_on_consumer=num_workers == 0,
+            return_uint8=self.return_uint8,
+            metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS),
+        )
+
+    def _ensure_graph(self, epoch: int = 0) -> StreamingGraph:
+        topology = self._topology()
+        if self._graph is None or self._graph_topology != topology:
+            if self._graph is not None:
+                self._graph.close()
+            worker_id, num_workers = topology
+            if max(1, num_workers) > self.max_workers:
+                raise ConfigError(
+                    f"rank {self.rank} owns {self.max_workers} episode(s) but the DataLoader has {num_workers} workers; "
+                    f"a worker needs at least one whole episode: use --num_workers={self.max_workers} or fewer "
+                    "(StreamingLeRobotDataset.clamp_num_workers does this with a warning)"
+                )
+            self._graph = self._build_graph(worker_id, num_workers, epoch)
+            self._graph_topology = topology
+            self._iterated = False
+        return self._graph
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._pending_step is not None:
+            self._pending_state = self._state_after_step(*self._pending_step)
+            self._pending_step = None
+        if self._worker_shift and self._pending_state is None and self._iterated:
+            # The epoch that a step-offset resume started ran with shifted workers; the next
+            # epoch starts from worker 0 again, so every process reads its own worker's schedule.
+            next_epoch = (self._shifted_epoch or 0) + 1
+            self._worker_shift, self._shifted_epoch = 0, None
+            self.close()
+            graph = self._ensure_graph(epoch=next_epoch)
+            graph.root.reset(None)
+            self._iterated = True
+            return self._samples(graph)
+        graph = self._ensure_graph()
+        if self._pending_state is not None:
+            state, self._pending_state = self._pending_state, None
+            graph.root.reset(state)
+        else:
+            # A new iterator after a finished one is the next epoch (the sharder counts epochs).
+            graph.root.reset(None)
+        self._iterated = True
+        return self._samples(graph)
+
+    def _samples(self, graph: StreamingGraph) -> Iterator[dict[str, Any]]:
+        root = graph.root
+        while True:
+            try:
+                sample = root.next()
+            except StopIteration:
+                return
+            yield sample
+
+    def close(self) -> None:
+        """Stop the graph's threads (the graph is rebuilt on the next ``iter()``)."""
+        if self._graph is not None:
+            self._graph.close()
+            self._graph = None
+
+    # -- state ----------------------------------------------------------------------------
+    def _topology_state(self) -> dict[str, int]:
+        worker_id, num_workers = self._physical_topology()
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "worker_id": worker_id,
+            "num_workers": num_workers,
+            "worker_shift": self._worker_shift,
+            "shifted_epoch": -1 if self._shifted_epoch is None else self._shifted_epoch,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Small, plain state: the graph's schedule position, the seed and the topology."""
+        if self._pending_state is not None:
+            graph_state = self._pending_state[GRAPH_KEY] if GRAPH_KEY in self._pending_state else self._pending_state
+        elif self._graph is not None and self._iterated:
+            graph_state = self._graph.root.state_dict()
+        else:
+            graph_state = None
+        return {
+            VERSION_KEY: STATE_VERSION,
+            SEED_KEY: self.seed,
+            TOPOLOGY_KEY: self._topology_state(),
+            GRAPH_KEY: graph_state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`; the seed is restored, a changed topology is an error."""
+        if not isinstance(state, dict) or state.get(VERSION_KEY) != STATE_VERSION:
+            raise ConfigError(
+                f"this is not a StreamingLeRobotDataset state of version {STATE_VERSION}: got keys "
+                f"{sorted(state) if isinstance(state, dict) else type(state).__name__}; checkpoints of the older "
+                "multi-worker sampler cannot be resumed exactly: start a new run from the saved policy weights"
+            )
+        saved = state[TOPOLOGY_KEY]
+        current = self._topology_state()
+        changed = {k: (saved[k], current[k]) for k in ("rank", "world_size", "num_workers") if saved[k] != current[k]}
+        if changed:
+            details = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+            raise ConfigError(
+                f"cannot resume exactly: {details}. Changing world size, batch size or --num_workers changes which "
+                "worker owns which batch; resume with the same three, or use resume_from_step() to accept a new "
+                "split of the remaining samples"
+            )
+        if int(state[SEED_KEY]) != self.seed:
+            logger.info("restoring the streaming seed %s from the checkpoint (was %s)", state[SEED_KEY], self.seed)
+            self.seed = int(state[SEED_KEY])
+            self.close()
+        shift = int(saved.get("worker_shift", 0))
+        if shift != self._worker_shift:
+            self._worker_shift = shift
+            self.close()
+        shifted_epoch = int(saved.get("shifted_epoch", -1))
+        self._shifted_epoch = None if shifted_epoch < 0 else shifted_epoch
+        self._pending_step = None
+        self._pending_state = state[GRAPH_KEY]
+
+    # -- LeRobot-style resume from a step ---------------------------------------------------
+    def resume_from_step(
+        self, step: int, batch_size: int, num_workers: int, world_size: int | None = None, seed: int | None = None
+    ) -> None:
+        """Continue after ``step`` batches of ``batch_size`` (a LeRobot ``training_step.json``).
+
+        Each worker derives its own sample offset from the DataLoader's round-robin order and
+        fast-forwards its schedule without fetching or decoding the skipped samples.
+        ``seed`` is the checkpoint's seed (pass 42 for checkpoints made before the seed reached
+        the dataset). A checkpoint from another world size cannot be continued exactly: it
+        raises, because batch ownership changes between ranks.
+        """
+        if world_size is not None and int(world_size) != self.world_size:
+            raise ConfigError(
+                f"the checkpoint was made with world size {world_size}, this run has {self.world_size}: batch ownership "
+                "changes with the world size, so the step offset does not say which samples each rank consumed. "
+                "Resume with the same world size, batch size and --num_workers"
+            )
+        if seed is not None and resolve_seed(seed) != self.seed:
+            self.seed = resolve_seed(seed)
+            self.close()
+        self._pending_state = None
+        self._pending_step = (int(step), int(batch_size), int(num_workers))
+
+    def worker_samples(self, num_workers: int) -> list[int]:
+        """Samples each worker of this rank yields per epoch."""
+        lengths = self._lengths()
+        return [
+            sum(
+                int(self.meta.episodes.length[e])
+                for e in worker_episodes(self.episodes, lengths, self.rank, self.world_size, w, num_workers, self.seed)
+            )
+            for w in range(max(1, num_workers))
+        ]
+
+    def worker_offset(self, step: int, batch_size: int, num_workers: int, worker_id: int) -> WorkerOffset:
+        return resume_point(step, batch_size, self.worker_samples(num_workers))[0][worker_id]
+
+    def _state_after_step(self, step: int, batch_size: int, num_workers: int) -> dict[str, Any]:
+        _, current_workers = self._physical_topology()
+        if current_workers != num_workers:
+            warnings.warn(
+                f"resuming a step offset computed for --num_workers={num_workers} with {current_workers} workers: "
+                "batch ownership changes, so the continuation is not sample-exact",
+                stacklevel=2,
+            )
+        offsets, next_worker = resume_point(step, batch_size, self.worker_samples(current_workers))
+        # A new DataLoader takes its first batch from worker 0, the interrupted run's next batch
+        # came from ``next_worker``: shift which schedule each process reads for this epoch.
+        self._worker_shift = next_worker if current_workers > 0 else 0
+        self._shifted_epoch = offsets[0].epoch if self._worker_shift else None
+        self.close()
+        logical_worker, _ = self._topology()
+        offset = offsets[logical_worker]
+        graph = self._ensure_graph(epoch=offset.epoch)
+        return graph.state_after(offset.samples)
+
+
+def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_workers: int, **kwargs: Any) -> Any:
+    """A ``StatefulDataLoader`` for ``dataset`` as LeRobot training builds it.
+
+    ``num_workers`` is clamped to what the rank can feed (with a warning); workers persist
+    across epochs so the streaming order moves on to the next epoch.
+    """
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    num_workers = dataset.clamp_num_workers(num_workers)
+    options: dict[str, Any] = {"batch_size": batch_size, "num_workers": num_workers, "shuffle": False, "drop_last": False}
+    if num_workers > 0:
+        options.update(
+            persistent_workers=True,
+            prefetch_factor=kwargs.pop("prefetch_factor", 4),
+            multiprocessing_context=kwargs.pop("multiprocessing_context", None) or worker_context(),
+        )
+    options.update(kwargs)
+    return StatefulDataLoader(dataset, **options)
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """How DataLoader workers start: a clean process, never a fork of the training process.
+
+    A forked worker inherits FFmpeg decoders whose threads stayed in the parent, and freeing
+    them crashes the worker (LeRobot trains with ``spawn`` for this reason). ``forkserver``
+    starts workers as clean as ``spawn`` but imports this package once, in the server.
+    """
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["lerobot_nodes.dataset"])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+def batch_samples(batch: Any) -> int:
+    """Samples in a collated batch (for metrics)."""
+    if isinstance(batch, dict):
+        for value in batch.values():
+            if isinstance(value, torch.Tensor):
+                return int(value.shape[0])
+            if isinstance(value, list):
+                return len(value)
+    return 0

@@ -1,0 +1,20 @@
+"""A small generated dataset shared by the training-integration tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from lerobot_nodes.testing import write_dataset
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory):
+    """7 episodes, 2 AV1 cameras, rolled over into several video files."""
+    root = tmp_path_factory.mktemp("training") / "dataset"
+    return write_dataset(root, episode_lengths=[23, 41, 17, 35, 12, 29, 8], video_files_size_in_mb=0.03, seed=11)
+
+
+@pytest.fixture(autouse=True)
+def private_index_cache(tmp_path, monkeypatch):
+    """Sidecar indexes go to a temporary LeRobot home, never the user's cache."""
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lerobot-home"))
