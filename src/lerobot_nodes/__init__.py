@@ -11,6 +11,8 @@ from .errors import (
     UnsupportedVersionError,
     VideoIndexError,
 )
+from .config import StreamingConfig
+from .dataset import StreamingLeRobotDataset, streaming_dataloader
 from .map_style import MapStyleLeRobotDataset
 from .meta import DatasetMeta, load_meta, select_episodes
 from .sources import ByteSource, LocalSource, open_source
@@ -27,9 +29,12 @@ __all__ = [
     "MapStyleLeRobotDataset",
     "MetadataError",
     "SourceError",
+    "StreamingConfig",
+    "StreamingLeRobotDataset",
     "UnsupportedVersionError",
     "VideoIndexError",
     "load_meta",
     "open_source",
     "select_episodes",
+    "streaming_dataloader",
 ]

@@ -1,7 +1,10 @@
 """``lerobot-nodes``: the project's main command.
 
-``lerobot-nodes demo`` generates the built-in demo dataset on first use (into the LeRobot
-cache), then reads it and prints a summary and a few samples.
+``lerobot-nodes stream`` (also the default with no command) streams a dataset through
+``StatefulDataLoader`` as LeRobot training does; with no ``--dataset.root`` it uses the
+built-in demo dataset, generated into the LeRobot cache on first use. ``lerobot-nodes
+inspect`` summarises a dataset and its MP4 sidecar; ``lerobot-nodes demo`` reads a few samples
+with the map-style reader.
 """
 
 from __future__ import annotations
@@ -134,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("--"):
