@@ -8,7 +8,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lerobot_nodes import MapStyleLeRobotDataset, MetadataError, UnsupportedVersionError, load_meta, select_episodes
+from lerobot_nodes import (
+    MapStyleLeRobotDataset,
+    MetadataError,
+    UnsupportedVersionError,
+    load_meta,
+    select_episodes,
+)
 from lerobot_nodes.sources import open_source
 
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"

@@ -48,6 +48,6 @@ def test_offsets_are_consistent(samples, batch_size, step):
     offsets = worker_offsets(step, batch_size, samples)
     per_epoch = sum(-(-n // batch_size) for n in samples)
     assert all(o.epoch == step // per_epoch for o in offsets)
-    assert all(0 <= o.samples <= n for o, n in zip(offsets, samples))
+    assert all(0 <= o.samples <= n for o, n in zip(offsets, samples, strict=False))
     consumed = sum(-(-o.samples // batch_size) for o in offsets)
     assert consumed == step % per_epoch

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .config import StreamingConfig
+from .dataset import StreamingLeRobotDataset, streaming_dataloader
 from .errors import (
     ConfigError,
     FrameTimestampError,
@@ -11,8 +13,6 @@ from .errors import (
     UnsupportedVersionError,
     VideoIndexError,
 )
-from .config import StreamingConfig
-from .dataset import StreamingLeRobotDataset, streaming_dataloader
 from .map_style import MapStyleLeRobotDataset
 from .meta import DatasetMeta, load_meta, select_episodes
 from .sources import ByteSource, LocalSource, open_source

@@ -254,7 +254,7 @@ class StreamingLeRobotDataset(IterableDataset):
     def state_dict(self) -> dict[str, Any]:
         """Small, plain state: the graph's schedule position, the seed and the topology."""
         if self._pending_state is not None:
-            graph_state = self._pending_state[GRAPH_KEY] if GRAPH_KEY in self._pending_state else self._pending_state
+            graph_state = self._pending_state
         elif self._graph is not None and self._iterated:
             graph_state = self._graph.root.state_dict()
         else:

@@ -50,7 +50,7 @@ class FileVideoDecoder:
         self._where = f"{source.url}/{path}"
         self._file = open_buffered(source, path)
         try:
-            self._container = av.open(self._file)
+            self._container = av.open(self._file, mode="r")
         except av.FFmpegError as exc:
             self._file.close()
             raise VideoIndexError(f"{self._where}: cannot open video: {exc}") from None

@@ -87,7 +87,7 @@ class EpisodeTableReader:
         return self.decode(episode, plan, chunks, footer)
 
     def decode(self, episode: int, plan: EpisodeRowsPlan, chunks: list[bytes], footer: ParquetFooter) -> EpisodeData:
-        ranges = {start: chunk for (start, _), chunk in zip(plan.byte_ranges, chunks)}
+        ranges = {start: chunk for (start, _), chunk in zip(plan.byte_ranges, chunks, strict=False)}
         ranges[footer.footer_start] = footer.footer_bytes
         sparse = SparseFile(plan.path, footer.size, ranges)
         try:

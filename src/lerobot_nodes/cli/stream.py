@@ -124,7 +124,7 @@ def run_stream(
             for batch in dataset.metrics.timed(loader, batch_samples):
                 step += 1
                 if recorder is not None:
-                    pairs = list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist()))
+                    pairs = list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=False))
                     recorder.write(json.dumps({"step": step, "samples": pairs}) + "\n")
                     recorder.flush()
                 report = dataset.metrics.report()
