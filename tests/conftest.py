@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+def _shared_datasets() -> Path:
+    """``../shared/datasets`` beside the repository (or ``$LEROBOT_NODES_SHARED_DATASETS``)."""
+    candidates = [
+        os.environ.get("LEROBOT_NODES_SHARED_DATASETS"),
+        Path(__file__).resolve().parents[2] / "shared" / "datasets",
+        "/work/shared/datasets",
+    ]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "lerobot-writer-small").is_dir():
+            return Path(candidate)
+    return Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+
+SHARED = _shared_datasets()
 LEROBOT_DATASET = SHARED / "lerobot-writer-small"
 GOLDEN = SHARED / "lerobot-writer-small-golden"
 
