@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+
 def _shared_datasets() -> Path:
     """``../shared/datasets`` beside the repository (or ``$LEROBOT_NODES_SHARED_DATASETS``)."""
     candidates = [
