@@ -23,6 +23,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
 from .config import StreamingConfig, resolve_seed
+from .dataset_properties import LeRobotDatasetProperties
 from .errors import ConfigError
 from .meta import DatasetMeta, load_meta, select_episodes
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
@@ -44,7 +45,7 @@ MAX_METRIC_ROWS = 256
 """Workers per rank that report metrics (rows of the shared counter table)."""
 
 
-class StreamingLeRobotDataset(IterableDataset):
+class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     """Streams a LeRobot v3 dataset episode by episode, exact-coverage and resumable.
 
     Arguments follow LeRobot's own ``StreamingLeRobotDataset`` where the meaning matches;
@@ -108,24 +109,8 @@ class StreamingLeRobotDataset(IterableDataset):
         self._pending_step: tuple[int, int, int] | None = None
         self._iterated = False
 
-    # -- LeRobotDataset-like properties -------------------------------------------------
-    @property
-    def fps(self) -> int:
-        return self.meta.fps
-
-    @property
-    def features(self) -> dict[str, dict[str, Any]]:
-        return self.meta.features
-
-    @property
-    def num_episodes(self) -> int:
-        return len(self.episodes)
-
-    @property
-    def num_frames(self) -> int:
-        return int(sum(self._lengths()))
-
     def _lengths(self) -> list[int]:
+        """Frame counts of the selected episodes, aligned with ``self.episodes``."""
         return [int(self.meta.episodes.length[e]) for e in self.episodes]
 
     def rank_num_frames(self) -> int:

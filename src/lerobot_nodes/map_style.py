@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
+from .dataset_properties import LeRobotDatasetProperties
 from .episode_data import EpisodeData
 from .errors import MetadataError
 from .file_video import FileVideoDecoderCache
@@ -31,7 +32,7 @@ from .sources import ByteSource
 from .sources.resolve import resolve_source
 
 
-class MapStyleLeRobotDataset(Dataset):
+class MapStyleLeRobotDataset(LeRobotDatasetProperties, Dataset):
     """A LeRobot v3 dataset indexed by frame, with LeRobot's constructor argument names.
 
     ``dataset[i]`` is the ``i``-th frame of the selected episodes (the global frame index
@@ -68,30 +69,13 @@ class MapStyleLeRobotDataset(Dataset):
         self._episode_cache: OrderedDict[int, EpisodeData] = OrderedDict()
         self._lock = threading.Lock()
 
-    # -- LeRobotDataset-like properties ----------------------------------------------
-    @property
-    def fps(self) -> int:
-        return self.meta.fps
-
-    @property
-    def features(self) -> dict[str, dict[str, Any]]:
-        return self.meta.features
-
-    @property
-    def num_frames(self) -> int:
-        return int(self._starts[-1])
-
-    @property
-    def num_episodes(self) -> int:
-        return len(self.episodes)
-
     def __len__(self) -> int:
-        return self.num_frames
+        return int(self._starts[-1])
 
     def locate(self, index: int) -> tuple[int, int]:
         """``(episode, frame in episode)`` of the ``index``-th selected frame."""
-        if not 0 <= index < self.num_frames:
-            raise IndexError(f"index {index} out of range for {self.num_frames} frames")
+        if not 0 <= index < self._starts[-1]:
+            raise IndexError(f"index {index} out of range for {self._starts[-1]} frames")
         position = bisect.bisect_right(self._starts, index) - 1
         return self.episodes[position], index - int(self._starts[position])
 
