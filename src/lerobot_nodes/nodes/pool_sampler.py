@@ -40,10 +40,24 @@ class ScheduleItem:
     last_of_episode: bool
 
 
-def frame_order(seed: int, epoch: int, episode: int, length: int) -> np.ndarray:
-    """The order in which the frames of ``episode`` are anchored in ``epoch``."""
+ANCHOR_BLOCK = 2
+"""Frames anchored together: LeRobot encodes with a key frame every 2 frames (``g=2``)."""
+
+
+def frame_order(seed: int, epoch: int, episode: int, length: int, block: int = ANCHOR_BLOCK) -> np.ndarray:
+    """The order in which the frames of ``episode`` are anchored in ``epoch``.
+
+    A permutation of blocks of ``block`` consecutive frames, each block in ascending order.
+    The episode's next anchor is that block's next frame, so the clip decoder finds the key
+    frame it decoded for the previous anchor still cached and only decodes forward: about one
+    decoded frame per delivered frame at ``g=2`` instead of 1.5. Anchors of one episode are
+    still interleaved with the other episodes of the pool, so batches stay as mixed.
+    """
     sequence = np.random.SeedSequence([seed_entropy(seed), int(epoch), int(episode), _FRAME_STREAM])
-    return np.random.default_rng(sequence).permutation(int(length))
+    length = int(length)
+    blocks = np.random.default_rng(sequence).permutation(-(-length // block))
+    order = (blocks[:, None] * block + np.arange(block)[None, :]).reshape(-1)
+    return order[order < length]
 
 
 class EpisodePoolSampler(BaseNode[ScheduleItem]):
