@@ -46,6 +46,17 @@ def policy_window(name: str, fps: int, video_keys: list[str], has_state: bool) -
     raise ConfigError(f"--window must be one of {', '.join(WINDOWS)}, got {name!r}")
 
 
+def describe_batch(batch: dict[str, Any]) -> str:
+    """``key: dtype[shape]`` of every entry of a collated batch."""
+    parts = []
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor):
+            parts.append(f"{key}: {str(value.dtype).removeprefix('torch.')}{list(value.shape)}")
+        else:
+            parts.append(f"{key}: {type(value).__name__}[{len(value)}]")
+    return ", ".join(parts)
+
+
 def _atomic_save(payload: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -123,6 +134,8 @@ def run_stream(
         while step < steps:
             for batch in dataset.metrics.timed(loader, batch_samples):
                 step += 1
+                if step == start_step + 1 and not quiet:
+                    progress.write("first batch: " + describe_batch(batch))
                 if recorder is not None:
                     pairs = list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=False))
                     recorder.write(json.dumps({"step": step, "samples": pairs}) + "\n")
