@@ -5,8 +5,8 @@ from __future__ import annotations
 import os as _os
 
 # SVT-AV1 (used by lerobot_nodes.testing to write AV1 as LeRobot does) prints its whole
-# configuration at every encode; it reads this once, when FFmpeg is loaded: keep warnings only.
-_os.environ.setdefault("SVT_LOG", "2")
+# configuration at every encode; it reads this once, when FFmpeg is loaded: keep errors only.
+_os.environ.setdefault("SVT_LOG", "1")
 
 from .config import StreamingConfig
 from .dataset import StreamingLeRobotDataset, streaming_dataloader
