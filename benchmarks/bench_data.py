@@ -1,0 +1,110 @@
+"""Benchmark datasets: the shared small one and a generated larger one (written once, outside the repo)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH_DATA = Path(os.environ.get("LRN_BENCH_DATA", "/work/bench-data"))
+SMALL_DATASET = Path(os.environ.get("LRN_BENCH_SMALL", "/work/shared/datasets/lerobot-writer-small"))
+
+# The generated dataset: 200 episodes, 2 cameras at 480x640, AV1 with g=2 (LeRobot's defaults), the
+# writer's default episode lengths (20..80 frames, seeded). Bump the version when the recipe changes.
+LARGE_RECIPE = {
+    "num_episodes": 200,
+    "height": 480,
+    "width": 640,
+    "fps": 30,
+    "codec": "av1",
+    "seed": 0,
+}
+LARGE_NAME = "gen-200ep-2cam-480x640-av1-g2-v1"
+
+
+@dataclass(frozen=True)
+class BenchDataset:
+    name: str
+    root: Path
+
+    @property
+    def repo_id(self) -> str:
+        return f"local/{self.name}"
+
+
+def small_dataset() -> BenchDataset:
+    return BenchDataset("lerobot-writer-small", SMALL_DATASET)
+
+
+def large_dataset_path() -> Path:
+    return BENCH_DATA / "datasets" / LARGE_NAME
+
+
+def ensure_large_dataset(log=print) -> BenchDataset:
+    """Return the generated dataset, writing it first if missing (about 10 minutes on 2 cores)."""
+    target = large_dataset_path()
+    if (target / "meta" / "info.json").is_file():
+        return BenchDataset(LARGE_NAME, target)
+    from lerobot_nodes.testing import write_dataset
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{LARGE_NAME}-partial-"))
+    log(f"writing the generated benchmark dataset {target} ({LARGE_RECIPE}); this takes a while ...")
+    start = time.perf_counter()
+    try:
+        write_dataset(staging, **LARGE_RECIPE)  # type: ignore[arg-type]
+        (staging / "BENCH_RECIPE.json").write_text(json.dumps(LARGE_RECIPE, indent=2) + "\n")
+        staging.chmod(0o755)
+        os.rename(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log(f"wrote {target} in {time.perf_counter() - start:.0f} s")
+    return BenchDataset(LARGE_NAME, target)
+
+
+def dataset_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def evict_from_page_cache(paths: list[Path]) -> None:
+    """Drop the clean cached pages of ``paths`` so the next read comes from storage."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+if __name__ == "__main__":
+    print(ensure_large_dataset().root)
+
+
+def resident_bytes(paths: list[Path]) -> int | None:
+    """Bytes of ``paths`` now in the page cache (util-linux ``fincore``), None if unavailable.
+
+    Measured after a run whose files were evicted before it started, this is what the run read
+    from storage for those files (each page comes from storage at most once, readahead included),
+    without the library loading of spawned workers that ``/proc/<pid>/io`` also counts.
+    """
+    if not paths:
+        return 0
+    try:
+        out = subprocess.run(
+            ["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, paths)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sum(int(line) for line in out.split())
