@@ -31,8 +31,9 @@ from ..file_video import tolerance_error
 from .clip import ClipOrigin, materialize_clip, read_clip
 from .plan import ClipPlan
 
-DEFAULT_FRAME_CACHE_SIZE = 8
-"""Decoded frames a :class:`ClipDecoder` keeps for repeated or overlapping queries."""
+DEFAULT_FRAME_CACHE_SIZE = 4
+"""Decoded frames a :class:`ClipDecoder` keeps for repeated or overlapping queries: enough for
+key-frame-aligned anchor pairs with a one-frame history window; each costs a full YUV frame."""
 
 
 class VideoDecodeError(LeRobotNodesError, RuntimeError):
