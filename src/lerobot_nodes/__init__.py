@@ -20,24 +20,35 @@ from .errors import (
     VideoIndexError,
 )
 from .map_style import MapStyleLeRobotDataset
+from .mp4.decode import VideoDecodeError
+from .nodes.byte_cache import ByteBudgetError
+from .nodes.episode_fetch import EpisodeFetchError
+from .nodes.ordered_buffer import GraphFailedError
+from .sidecar.errors import SidecarError, SidecarLockTimeoutError
 from .meta import DatasetMeta, load_meta, select_episodes
 from .sources import ByteSource, LocalSource, open_source
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ByteBudgetError",
     "ByteSource",
     "ConfigError",
     "DatasetMeta",
+    "EpisodeFetchError",
     "FrameTimestampError",
+    "GraphFailedError",
     "LeRobotNodesError",
     "LocalSource",
     "MapStyleLeRobotDataset",
     "MetadataError",
+    "SidecarError",
+    "SidecarLockTimeoutError",
     "SourceError",
     "StreamingConfig",
     "StreamingLeRobotDataset",
     "UnsupportedVersionError",
+    "VideoDecodeError",
     "VideoIndexError",
     "load_meta",
     "open_source",
