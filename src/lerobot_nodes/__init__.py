@@ -20,12 +20,12 @@ from .errors import (
     VideoIndexError,
 )
 from .map_style import MapStyleLeRobotDataset
+from .meta import DatasetMeta, load_meta, select_episodes
 from .mp4.decode import VideoDecodeError
 from .nodes.byte_cache import ByteBudgetError
 from .nodes.episode_fetch import EpisodeFetchError
 from .nodes.ordered_buffer import GraphFailedError
 from .sidecar.errors import SidecarError, SidecarLockTimeoutError
-from .meta import DatasetMeta, load_meta, select_episodes
 from .sources import ByteSource, LocalSource, open_source
 
 __version__ = "0.1.0"
