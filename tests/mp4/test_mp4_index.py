@@ -29,8 +29,6 @@ def index_rows(index: VideoIndex) -> np.ndarray:
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_index_equals_ffmpeg_packets(videos, variant):
-    if variant not in videos:
-        pytest.skip(f"{variant} encoder not available")
     index = read_index(videos[variant])
     expected = demuxed_packets(videos[variant])
     assert index_rows(index).shape == expected.shape
@@ -124,8 +122,7 @@ def test_samples_beyond_4_gib(videos, tmp_path):
     """64-bit mdat size and co64 offsets above 2**32, in a sparse file that costs no disk."""
     gap = 5 * 2**30
     big = move_payload_beyond(videos["av1"], tmp_path / "big.mp4", gap)
-    if big.stat().st_blocks * 512 > 64 * 2**20:
-        pytest.skip("the file system does not support sparse files")
+    assert big.stat().st_blocks * 512 <= 64 * 2**20, "this test needs a file system with sparse files"
     index = read_index(big)
     original = read_index(videos["av1"])
     assert index.offsets.min() > 2**32
