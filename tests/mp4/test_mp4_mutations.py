@@ -99,20 +99,16 @@ def _moov_range(path: Path) -> tuple[int, int]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("variant", ["av1_faststart", "h264", "h264_starts_at_7"])
 def test_mutated_files_raise_only_clean_errors(videos, variant):
-    path = videos[variant]
-    data = path.read_bytes()
-
-    @MUTATION_SETTINGS
-    @given(mutations(len(data), _moov_range(path)), st.floats(0, 1))
-    def check(mutation: Mutation, span_seed: float) -> None:
-        _exercise(mutation.apply(data), span_seed)
-
-    check()
+    _check_mutations_of(videos[variant])
 
 
 @pytest.mark.timeout(300)
 def test_mutated_multi_episode_file(multi_episode):
-    path = multi_episode["h264"].path
+    _check_mutations_of(multi_episode["h264"].path)
+
+
+def _check_mutations_of(path):
+    """Hypothesis-mutated copies of ``path`` index, plan and decode cleanly or raise clean errors."""
     data = path.read_bytes()
 
     @MUTATION_SETTINGS
