@@ -29,8 +29,7 @@ from torchdata.nodes.samplers.utils import get_rank_and_world_size
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.meta import load_meta, select_episodes
 from lerobot_nodes.nodes import MetricsSink, StreamingGraph, VideoIndexProvider, build_streaming_graph
-from lerobot_nodes.sources import ByteSource
-from lerobot_nodes.sources.resolve import resolve_source
+from lerobot_nodes.sources import ByteSource, open_source
 
 
 def streaming_graph(
@@ -61,7 +60,7 @@ def streaming_graph(
     rank, worker); samples equal the map-style reader's, key for key; ``Loader`` state resumes
     the epoch exactly.
     """
-    source = resolve_source(repo_id=repo_id, root=root, revision=revision)
+    source = open_source(root, repo_id=repo_id, revision=revision)
     meta = load_meta(source, repo_id=repo_id)
     selected = select_episodes(meta, episodes)
     if rank is None or world_size is None:

@@ -55,6 +55,8 @@ class StreamingConfig:
     streaming_native_http_connections: int | None = None
     streaming_native_http_subranges: int = 1
     streaming_sidecar_lock_timeout_s: float = 1800.0
+    streaming_http_retries: int = 8
+    streaming_http_timeout_s: float = 30.0
     max_num_shards: int = 16
 
     def __post_init__(self) -> None:
@@ -78,6 +80,8 @@ class StreamingConfig:
             raise ConfigError(
                 f"--dataset.streaming_sidecar_lock_timeout_s must be a number of seconds >= 0, got {timeout!r}"
             )
+        _check_int("streaming_http_retries", self.streaming_http_retries, minimum=1)
+        _check_positive_float("streaming_http_timeout_s", self.streaming_http_timeout_s)
         _check_int("max_num_shards", self.max_num_shards, minimum=1)
 
     # -- per-rank limits split over a rank's workers --------------------------------------
@@ -101,6 +105,13 @@ class StreamingConfig:
         if self.video_decoder_cache_size is not None:
             return max(1, self.video_decoder_cache_size // _workers(num_workers))
         return max(1, pool_size * max(1, num_cameras))
+
+    def worker_http_connections(self, num_workers: int) -> int:
+        """Native HTTP connections one worker may open: its share of the explicit per-rank option,
+        else one per concurrent episode fetch and sub-range (``max_num_shards x subranges``)."""
+        if self.streaming_native_http_connections is not None:
+            return max(1, self.streaming_native_http_connections // _workers(num_workers))
+        return self.max_num_shards * self.streaming_native_http_subranges
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -32,7 +32,9 @@ from .nodes.sharder import max_workers_for_rank, worker_episodes
 from .resume import WorkerOffset, resume_point
 from .sample import SampleSpec
 from .sources import ByteSource
-from .sources.resolve import resolve_source
+from .sources.http_range import HttpOptions
+from .sources.listed import ListedHttpSource
+from .sources.resolve import open_source
 
 logger = logging.getLogger("lerobot_nodes.dataset")
 
@@ -43,6 +45,16 @@ TOPOLOGY_KEY = "topology"
 VERSION_KEY = "version"
 MAX_METRIC_ROWS = 256
 """Workers per rank that report metrics (rows of the shared counter table)."""
+
+
+def http_options(config: StreamingConfig, num_workers: int) -> HttpOptions:
+    """The native HTTP reader settings of one worker of a rank with ``num_workers`` workers."""
+    return HttpOptions(
+        connections=config.worker_http_connections(num_workers),
+        subranges=config.streaming_native_http_subranges,
+        retries=config.streaming_http_retries,
+        timeout_s=config.streaming_http_timeout_s,
+    )
 
 
 class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
@@ -83,7 +95,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             config = dataclasses.replace(config, max_num_shards=max(1, int(max_num_shards)))
         self.config = config
         self.repo_id = repo_id
-        self.source = resolve_source(repo_id=repo_id, root=root, revision=revision, repo_type=repo_type, token=token)
+        self.source = open_source(
+            root, repo_id=repo_id, revision=revision, repo_type=repo_type, token=token, http=http_options(config, 1)
+        )
         self.meta: DatasetMeta = load_meta(self.source, repo_id=repo_id)
         self.episodes = select_episodes(self.meta, episodes)
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else None
@@ -149,6 +163,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         return worker_id, num_workers
 
     def _build_graph(self, worker_id: int, num_workers: int, epoch: int) -> StreamingGraph:
+        if isinstance(self.source, ListedHttpSource):
+            self.source.set_http_options(http_options(self.config, num_workers))
         return build_streaming_graph(
             self.source,
             self.meta,

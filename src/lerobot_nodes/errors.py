@@ -19,6 +19,16 @@ class SourceFileNotFoundError(SourceError, FileNotFoundError):
     """A file the dataset needs is missing from its byte source."""
 
 
+class SourceAuthError(SourceError, PermissionError):
+    """The store refused the credentials (HTTP 401/403, a gated repo, fsspec permission errors)."""
+
+    hint = "make the HF token (HF_TOKEN or `hf auth login`) or the fsspec credentials available to every worker"
+
+
+class SourceUnavailableError(SourceError, ConnectionError):
+    """The store kept failing (connection errors, 5xx, stalls) after every retry of a read."""
+
+
 class MetadataError(LeRobotNodesError, ValueError):
     """LeRobot v3 metadata is missing, malformed or inconsistent."""
 

@@ -29,7 +29,7 @@ from .meta import DatasetMeta, load_meta, select_episodes
 from .parquet import episode_rows
 from .sample import SampleSpec, assemble_sample
 from .sources import ByteSource
-from .sources.resolve import resolve_source
+from .sources.resolve import open_source
 
 
 class MapStyleLeRobotDataset(LeRobotDatasetProperties, Dataset):
@@ -55,7 +55,7 @@ class MapStyleLeRobotDataset(LeRobotDatasetProperties, Dataset):
         token: str | bool | None = None,
     ) -> None:
         self.repo_id = repo_id
-        self.source = resolve_source(repo_id=repo_id, root=root, revision=revision, repo_type=repo_type, token=token)
+        self.source = open_source(root, repo_id=repo_id, revision=revision, repo_type=repo_type, token=token)
         self.meta: DatasetMeta = load_meta(self.source, repo_id=repo_id)
         self.episodes = select_episodes(self.meta, episodes)
         self.tolerance_s = tolerance_s

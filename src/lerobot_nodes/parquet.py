@@ -20,6 +20,7 @@ from .episode_data import EpisodeData, episode_data_from_table
 from .errors import MetadataError
 from .meta import DatasetMeta
 from .sources import ByteRange, ByteSource
+from .sources.ranges import coalesce
 from .sources.sparse_file import SparseFile
 
 _FOOTER_GUESS = 64 * 1024
@@ -165,14 +166,3 @@ def column_chunk_range(metadata: pq.FileMetaData, group: int, column: int) -> By
     if chunk.has_dictionary_page and chunk.dictionary_page_offset is not None and chunk.dictionary_page_offset > 0:
         start = min(start, chunk.dictionary_page_offset)
     return (start, start + chunk.total_compressed_size)
-
-
-def coalesce(ranges: list[ByteRange], gap: int = 0) -> list[ByteRange]:
-    """Sorted, merged ranges: neighbours closer than ``gap`` bytes become one."""
-    merged: list[list[int]] = []
-    for start, end in sorted(ranges):
-        if merged and start <= merged[-1][1] + gap:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(s, e) for s, e in merged]

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 from sidecar_testkit import Zygote, copy_dataset, read_result
 
+from lerobot_nodes.atomic import is_partial
 from lerobot_nodes.meta import load_meta
 from lerobot_nodes.mp4.index import read_index_from_source
 from lerobot_nodes.sidecar import MappedRecord, SidecarCache, build_archive
-from lerobot_nodes.sidecar.atomic import is_partial
 from lerobot_nodes.sidecar.builder import current_identities, verify_archive
 from lerobot_nodes.sources import LocalSource
 

@@ -73,7 +73,7 @@ def run_stream_command(args: argparse.Namespace) -> int:
 
 def run_inspect(args: argparse.Namespace) -> int:
     from ..meta import load_meta
-    from ..sources.resolve import resolve_source
+    from ..sources.resolve import open_source
     from ..testing import ensure_demo_dataset
     from .flags import split_flags
 
@@ -81,7 +81,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     root = dataset.get("root")
     if root is None and dataset.get("repo_id") is None:
         root = str(ensure_demo_dataset())
-    source = resolve_source(repo_id=dataset.get("repo_id"), root=root, revision=dataset.get("revision"))
+    source = open_source(
+        root, repo_id=dataset.get("repo_id"), revision=dataset.get("revision"), repo_type=dataset.get("repo_type", "dataset")
+    )
     meta = load_meta(source)
     print(meta.summary())
     print(describe_sidecar(source, meta))

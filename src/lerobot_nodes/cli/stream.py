@@ -22,7 +22,7 @@ from ..dataset import StreamingLeRobotDataset, batch_samples, streaming_dataload
 from ..errors import ConfigError
 from ..map_style import MapStyleLeRobotDataset
 from ..meta import load_meta
-from ..sources.resolve import resolve_source
+from ..sources.resolve import open_source
 
 WINDOWS = ("none", "act", "diffusion")
 CHECKPOINT_VERSION = 1
@@ -94,7 +94,9 @@ def run_stream(
     repo_id = dataset_options.get("repo_id")
     if root is None and repo_id is None:
         root = str(ensure_demo_dataset())
-    source = resolve_source(repo_id=repo_id, root=root, revision=dataset_options.get("revision"))
+    source = open_source(
+        root, repo_id=repo_id, revision=dataset_options.get("revision"), repo_type=dataset_options.get("repo_type", "dataset")
+    )
     delta_timestamps = dataset_options.get("delta_timestamps")
     if delta_timestamps is None:
         meta = load_meta(source)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FrameTimestampError, VideoIndexError
-from ..sources import ByteRange
+from ..sources.ranges import ByteRange, coalesce
 from .clip import build_clip_header
 from .index import VideoIndex
 
@@ -182,13 +182,7 @@ def _coalesce(
     segment_starts = offsets[segment_first]
     segment_ends = ends[segment_last]
 
-    order = np.argsort(segment_starts, kind="stable")
-    ranges: list[list[int]] = []
-    for start, end in zip(segment_starts[order].tolist(), segment_ends[order].tolist(), strict=True):
-        if ranges and start <= ranges[-1][1]:
-            ranges[-1][1] = max(ranges[-1][1], end)
-        else:
-            ranges.append([start, end])
+    ranges = coalesce(zip(segment_starts.tolist(), segment_ends.tolist(), strict=True))
     range_starts = np.array([start for start, _ in ranges], dtype=np.int64)
     range_of_segment = np.searchsorted(range_starts, segment_starts, side="right") - 1
     segments = tuple(

@@ -20,10 +20,10 @@ from typing import IO
 import numpy as np
 from tqdm import tqdm
 
+from ..atomic import atomic_write, remove_dead_partials
 from ..meta import load_meta, select_episodes
 from ..mp4.index import INDEX_FORMAT_VERSION, VideoIndex, read_index_from_source
 from ..sources import ByteSource
-from .atomic import atomic_write, remove_dead_partials
 from .errors import SidecarError, SidecarFormatError
 from .schema import ArchiveWriter, SidecarArchive, SourceIdentity
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomic import atomic_write, remove_dead_partials
+from ..home import lerobot_home
 from ..meta import DatasetMeta
 from ..mp4.index import INDEX_FORMAT_VERSION, VideoIndex
 from ..sources import ByteSource
-from ..sources.resolve import lerobot_home
 from ..sources.source_file import open_buffered
-from .atomic import atomic_write, remove_dead_partials
 from .builder import BuildProgress, IndexParser, current_identities, iter_parsed, parse_video_index
 from .derived import DERIVED_GENERATION, MappedRecord, MappedVideoIndex, write_record
 from .errors import SidecarFormatError
@@ -277,7 +277,10 @@ class SidecarCache:
         """Convert what published sidecars hold; return the identities left to build."""
         if not identities:
             return []
-        published = PublishedSidecars(source)
+        published_root = source.published_sidecar_source()
+        if published_root is None:
+            return list(identities)
+        published = PublishedSidecars(published_root)
         left = []
         try:
             for identity in identities:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import LeRobotNodesError
-from ..sources.resolve import resolve_source
+from ..sources.resolve import open_source
 from .builder import build_archive
 from .errors import PublishNotSupportedError
 
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args.quiet)
     try:
         _check_push(args, episodes)
-        source = resolve_source(repo_id=args.repo_id, root=args.data_root, revision=args.revision)
+        source = open_source(args.data_root, repo_id=args.repo_id, revision=args.revision)
         summary = build_archive(
             source,
             args.output,

@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_write
 from ..mp4.index import VideoIndex
-from .atomic import atomic_write
 from .errors import SidecarFormatError
 from .schema import SourceIdentity
 

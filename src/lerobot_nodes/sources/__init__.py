@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import os
-
 from .base import ByteRange, ByteSource, FileInfo, ReadStats
+from .fsspec_source import FsspecSource
+from .http_range import HttpOptions, HttpRangeReader
+from .hub import HubBucketSource, HubRepoSource
 from .local import LocalSource
+from .resolve import open_source, register_scheme
 
-
-def open_source(root: str | os.PathLike[str] | ByteSource) -> ByteSource:
-    """Open a dataset root: a local folder (remote stores plug in here later)."""
-    if isinstance(root, ByteSource):
-        return root
-    return LocalSource(root)
-
-
-__all__ = ["ByteRange", "ByteSource", "FileInfo", "LocalSource", "ReadStats", "open_source"]
+__all__ = [
+    "ByteRange",
+    "ByteSource",
+    "FileInfo",
+    "FsspecSource",
+    "HttpOptions",
+    "HttpRangeReader",
+    "HubBucketSource",
+    "HubRepoSource",
+    "LocalSource",
+    "ReadStats",
+    "open_source",
+    "register_scheme",
+]

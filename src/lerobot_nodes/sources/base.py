@@ -12,8 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-ByteRange = tuple[int, int]
-"""A half-open byte range ``(start, end)``: ``end`` is exclusive."""
+from .ranges import ByteRange
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,11 @@ class ByteSource(ABC):
     def revision(self) -> str | None:
         """The pinned revision (commit) of the store, if it has one."""
         return None
+
+    def published_sidecar_source(self) -> ByteSource | None:
+        """Where maintainers publish verified sidecars (``meta/mp4-sidecars/``): the dataset root
+        itself, except for Hub repos (their ``lerobot-sidecars`` branch); ``None`` when absent."""
+        return self
 
     # -- listing ----------------------------------------------------------------------
     @abstractmethod

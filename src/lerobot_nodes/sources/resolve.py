@@ -1,45 +1,122 @@
-"""Turn LeRobot's ``repo_id`` / ``root`` / ``revision`` arguments into one byte source."""
+"""One resolver for every source: LeRobot's ``repo_id`` / ``root`` / ``revision`` arguments,
+or a URL, become one :class:`ByteSource`; metadata and payloads then come from it alone.
+
+- ``repo_id=OWNER/NAME`` (``root`` unset): the Hub dataset repo, pinned to a commit at open.
+  A local copy in ``$HF_LEROBOT_HOME`` is used instead only with ``HF_HUB_OFFLINE=1`` (logged).
+- ``repo_id=OWNER/BUCKET, repo_type="bucket"``, or ``root="hf://buckets/OWNER/BUCKET[/prefix]"``.
+- ``root="hf://datasets/OWNER/NAME[@REV]"``: the same as ``repo_id`` + ``revision``.
+- ``root`` with any other scheme (``s3://``, ``gs://``, ``memory://``, ...): fsspec; ``file://``
+  and plain paths: the local folder. :func:`register_scheme` adds or replaces a scheme.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
-from pathlib import Path
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from ..errors import SourceError
+from ..errors import ConfigError, SourceError
+from ..home import lerobot_home
 from .base import ByteSource
+from .fsspec_source import FsspecSource
+from .http_range import HttpOptions
+from .hub import HubBucketSource, HubRepoSource
+from .hub_auth import hub_offline
 from .local import LocalSource
 
+log = logging.getLogger("lerobot_nodes.sources")
 
-def lerobot_home() -> Path:
-    """``$HF_LEROBOT_HOME``, else ``$HF_HOME/lerobot``, else ``~/.cache/huggingface/lerobot``."""
-    if os.environ.get("HF_LEROBOT_HOME"):
-        return Path(os.environ["HF_LEROBOT_HOME"]).expanduser()
-    hf_home = Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser()
-    return hf_home / "lerobot"
+REPO_TYPES = ("dataset", "bucket")
+_HF_DATASET = re.compile(r"^hf://datasets/(?P<id>[^/@]+/[^/@]+)(?:@(?P<rev>[^/]+))?/?$")
+_HF_BUCKET = re.compile(r"^hf://buckets/(?P<id>[^/]+/[^/]+)(?:/(?P<prefix>.*))?$")
+_SCHEME = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
-def resolve_source(
-    repo_id: str | None = None,
+@dataclass(frozen=True)
+class SourceRequest:
+    """Everything a scheme opener may need besides the URL."""
+
+    revision: str | None = None
+    token: str | bool | None = None
+    http: HttpOptions | None = None
+    storage_options: dict[str, Any] | None = None
+
+
+SchemeOpener = Callable[[str, SourceRequest], ByteSource]
+_SCHEMES: dict[str, SchemeOpener] = {}
+
+
+def register_scheme(scheme: str, opener: SchemeOpener) -> None:
+    """Open roots ``scheme://...`` with ``opener(url, request)`` (replaces a previous opener)."""
+    _SCHEMES[scheme.lower()] = opener
+
+
+def _open_hf(url: str, request: SourceRequest) -> ByteSource:
+    bucket = _HF_BUCKET.match(url)
+    if bucket:
+        return HubBucketSource(bucket["id"], bucket["prefix"] or "", token=request.token, http=request.http)
+    dataset = _HF_DATASET.match(url)
+    if dataset:
+        revision = dataset["rev"] or request.revision
+        if dataset["rev"] and request.revision and dataset["rev"] != request.revision:
+            raise ConfigError(f"root {url} names revision {dataset['rev']}, --dataset.revision says {request.revision}")
+        return HubRepoSource(dataset["id"], revision, token=request.token, http=request.http)
+    raise ConfigError(f"cannot read {url}: expected hf://datasets/OWNER/NAME[@REVISION] or hf://buckets/OWNER/BUCKET")
+
+
+def _open_file_url(url: str, request: SourceRequest) -> ByteSource:
+    return LocalSource(url[len("file://"):])
+
+
+def _open_fsspec(url: str, request: SourceRequest) -> ByteSource:
+    return FsspecSource(url, request.storage_options)
+
+
+register_scheme("hf", _open_hf)
+register_scheme("file", _open_file_url)
+
+
+def open_source(
     root: str | os.PathLike[str] | ByteSource | None = None,
+    *,
+    repo_id: str | None = None,
     revision: str | None = None,
     repo_type: str = "dataset",
     token: str | bool | None = None,
+    http: HttpOptions | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> ByteSource:
-    """The byte source of a dataset, found the way LeRobot finds it.
-
-    ``root`` wins when given (a folder or a ready :class:`ByteSource`). Otherwise a local copy
-    at ``$HF_LEROBOT_HOME/<repo_id>`` is used.
-    """
+    """The byte source of a dataset (see the module docstring for the rules)."""
     if isinstance(root, ByteSource):
         return root
+    request = SourceRequest(revision=revision, token=token, http=http, storage_options=storage_options)
     if root is not None:
-        return LocalSource(root)
+        text = os.fspath(root)
+        scheme = _SCHEME.match(text)
+        if scheme is None:
+            return LocalSource(text)
+        return _SCHEMES.get(scheme["scheme"].lower(), _open_fsspec)(text, request)
     if repo_id is None:
-        raise ValueError("give repo_id or root")
+        raise ConfigError("give --dataset.repo_id=OWNER/NAME or --dataset.root=PATH_OR_URL")
+    if repo_type not in REPO_TYPES:
+        raise ConfigError(f"--dataset.repo_type must be one of {', '.join(REPO_TYPES)}, got {repo_type!r}")
+    if repo_type == "bucket":
+        return HubBucketSource(repo_id, token=token, http=http)
+    if hub_offline():
+        return _offline_copy(repo_id)
+    return HubRepoSource(repo_id, revision, token=token, http=http)
+
+
+def _offline_copy(repo_id: str) -> ByteSource:
     local = lerobot_home() / repo_id
-    if local.is_dir():
-        return LocalSource(local)
-    raise SourceError(
-        f"{repo_id!r} ({repo_type}) has no local copy at {local}, and this build of lerobot_nodes reads local "
-        "folders only: pass root=/path/to/dataset"
-    )
+    if not local.is_dir():
+        raise SourceError(
+            f"HF_HUB_OFFLINE is set and {repo_id} has no local copy at {local}: unset HF_HUB_OFFLINE to stream it "
+            "from the Hub, or pass --dataset.root=/path/to/dataset"
+        )
+    log.warning("HF_HUB_OFFLINE is set: reading the local copy of %s at %s instead of the Hub", repo_id, local)
+    return LocalSource(local)
+

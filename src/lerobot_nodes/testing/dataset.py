@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lerobot_nodes.sources.resolve import lerobot_home
+from lerobot_nodes.home import lerobot_home
 from lerobot_nodes.testing.video import (
     Codec,
     concatenate_videos,

@@ -1,0 +1,371 @@
+"""Native HTTP range reads: pooled connections, cached redirects, exact ranges, bounded retries.
+
+The Hub answers a payload read with a redirect to a signed CDN URL. Following it on every
+read doubles the round trips and spends the Hub's resolver rate limit, so each file's
+``Location`` is resolved once and reused until it expires or the CDN answers 403. Every
+response is checked (status, ``Content-Range``, length) before its bytes are used.
+
+Faults are survived, not fatal: connection resets and closes, 408/429/5xx (``Retry-After``
+honoured), short bodies (the missing remainder is fetched) and stalls (a read timeout) are
+retried with exponential backoff and jitter, up to ``retries`` attempts per range. 404 and a
+401/403 that a fresh redirect does not cure are permanent and raised at once, naming the
+file and the URL without its query (signed URLs carry credentials).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import parse_qs, urljoin, urlsplit
+
+import urllib3
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from ..errors import SourceAuthError, SourceError, SourceFileNotFoundError, SourceUnavailableError
+from .ranges import ByteRange, coalesce, covering, split
+
+RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+DEFAULT_LOCATION_TTL_S = 600.0
+"""How long a redirect target without a readable expiry is reused."""
+LOCATION_EXPIRY_MARGIN_S = 60.0
+MAX_REDIRECTS = 5
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+_CHUNK = 256 * 1024
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """How the native reader talks HTTP. ``connections`` bounds the open connections of one
+    process; ``subranges`` cuts one large range into that many concurrent requests."""
+
+    connections: int = 16
+    subranges: int = 1
+    retries: int = 8
+    timeout_s: float = 30.0
+    connect_timeout_s: float = 10.0
+    backoff_s: float = 0.25
+    backoff_max_s: float = 8.0
+    coalesce_gap: int = 64 * 1024
+    min_subrange: int = 1 << 20
+
+
+@dataclass
+class HttpStats:
+    """What the reader did: requests sent (redirect lookups included), retries and bytes received."""
+
+    requests: int = 0
+    retries: int = 0
+    redirects: int = 0
+    bytes_received: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+
+
+class _Retry(Exception):
+    """One attempt failed in a way that another attempt may cure."""
+
+    def __init__(self, reason: str, wait_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wait_s = wait_s
+
+
+@dataclass
+class _Location:
+    url: str
+    expires_at: float
+    refreshed: bool = False
+
+
+def public_url(url: str) -> str:
+    """``url`` without query and fragment: signed URLs carry credentials there."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc
+
+
+def _location_expiry(location: str, now: float) -> float:
+    """When a signed redirect target stops working, read from its query where it says."""
+    query = {key.lower(): values[-1] for key, values in parse_qs(urlsplit(location).query).items()}
+    expires = query.get("expires")
+    if expires and expires.isdigit():
+        return float(expires) - LOCATION_EXPIRY_MARGIN_S
+    amz_expires, amz_date = query.get("x-amz-expires"), query.get("x-amz-date")
+    if amz_expires and amz_expires.isdigit() and amz_date:
+        try:
+            signed = time.mktime(time.strptime(amz_date, "%Y%m%dT%H%M%SZ")) - time.timezone
+        except ValueError:
+            signed = time.time()
+        return now + (signed + float(amz_expires) - time.time()) - LOCATION_EXPIRY_MARGIN_S
+    return now + DEFAULT_LOCATION_TTL_S
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+class HttpRangeReader:
+    """Reads byte ranges of files addressed by URL; thread-safe, picklable, fork-aware.
+
+    ``headers`` supplies the request headers of the URLs handed in (authorization, user
+    agent). They go to the origin of those URLs only, never to a redirect target on another
+    origin. Pickling keeps the options only: connections, cached redirects and statistics
+    stay with the process that made them.
+    """
+
+    def __init__(self, options: HttpOptions | None = None, headers: Callable[[], Mapping[str, str]] | None = None) -> None:
+        self.options = options or HttpOptions()
+        self._headers = headers
+        self._setup()
+
+    def _setup(self) -> None:
+        self.stats = HttpStats()
+        self._lock = threading.Lock()
+        self._locations: dict[str, _Location] = {}
+        self._refreshing: set[str] = set()
+        self._pool: urllib3.PoolManager | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_headers": self._headers}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    def close(self) -> None:
+        with self._lock:
+            pool, executor = self._pool, self._executor
+            self._pool = self._executor = None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+        if pool is not None:
+            pool.clear()
+
+    # -- public ------------------------------------------------------------------------------
+    def read_ranges(self, url: str, ranges: Sequence[ByteRange], *, size: int | None, name: str) -> list[bytes]:
+        """The bytes of each ``(start, end)`` of the file at ``url`` (``size`` bytes when known).
+
+        Nearby ranges share one request; a large range is split into ``subranges``
+        concurrent requests. ``name`` is how errors refer to the file.
+        """
+        if not ranges:
+            return []
+        if size is not None:
+            for start, end in ranges:
+                if end > size:
+                    raise SourceError(f"byte range [{start}, {end}) of {name} reaches past its end ({size} bytes)")
+        merged = coalesce(ranges, self.options.coalesce_gap)
+        pieces = [
+            piece
+            for byte_range in merged
+            for piece in split(byte_range, self.options.subranges, self.options.min_subrange)
+        ]
+        if len(pieces) == 1:
+            fetched = [self._read_exact(url, pieces[0], size, name)]
+        else:
+            fetched = list(self._executor_for().map(lambda piece: self._read_exact(url, piece, size, name), pieces))
+        by_start = dict(zip((start for start, _ in pieces), fetched, strict=True))
+        blobs = [b"".join(by_start[start] for start, _ in pieces if lo <= start < hi) for lo, hi in merged]
+        return [
+            blobs[position][start - merged[position][0] : end - merged[position][0]]
+            for (start, end), position in zip(ranges, covering(ranges, merged), strict=True)
+        ]
+
+    def read_all(self, url: str, *, size: int, name: str) -> bytes:
+        """The whole file at ``url``, which has ``size`` bytes."""
+        if size == 0:
+            return b""
+        return self.read_ranges(url, [(0, size)], size=size, name=name)[0]
+
+    def forget_location(self, url: str) -> None:
+        with self._lock:
+            self._locations.pop(url, None)
+
+    # -- one exact range -----------------------------------------------------------------------
+    def _read_exact(self, url: str, byte_range: ByteRange, size: int | None, name: str) -> bytes:
+        start, end = byte_range
+        received = bytearray()
+        attempts = redirects = 0
+        while start + len(received) < end:
+            position = start + len(received)
+            try:
+                self._request(url, position, end, size, name, received)
+            except _Redirected:
+                redirects += 1
+                if redirects > MAX_REDIRECTS:
+                    raise SourceError(f"{name}: {public_url(url)} redirected more than {MAX_REDIRECTS} times") from None
+            except _Retry as retry:
+                attempts += 1
+                kind = retry.reason.split(":")[0]
+                with self._lock:
+                    self.stats.retries += 1
+                    self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
+                if attempts >= self.options.retries:
+                    raise SourceUnavailableError(
+                        f"reading bytes [{start}, {end}) of {name} from {public_url(url)} failed {attempts} times; "
+                        f"last error: {retry.reason}"
+                    ) from None
+                time.sleep(self._backoff(attempts, retry.wait_s))
+        return bytes(received)
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, 60.0)
+        ceiling = min(self.options.backoff_max_s, self.options.backoff_s * 2 ** (attempt - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+    def _request(self, url: str, start: int, end: int, size: int | None, name: str, received: bytearray) -> None:
+        """One GET of ``[start, end)``; appends what arrived (all of it, or the first part of a
+        short body) to ``received``. Raises :class:`_Retry` for transient failures."""
+        target = self._target(url)
+        headers = dict(self._headers() if self._headers is not None else {})
+        if _origin(target) != _origin(url):
+            headers.pop("authorization", None)
+            headers.pop("Authorization", None)
+        headers["Range"] = f"bytes={start}-{end - 1}"
+        headers["Accept-Encoding"] = "identity"
+        try:
+            response = self._pool_for().request(
+                "GET", target, headers=headers, redirect=False, retries=False, preload_content=False,
+                timeout=urllib3.Timeout(connect=self.options.connect_timeout_s, read=self.options.timeout_s),
+            )
+        except Urllib3Error as error:
+            raise _Retry(f"{type(error).__name__}: {error}") from None
+        with self._lock:
+            self.stats.requests += 1
+        try:
+            self._handle(url, target, response, start, end, size, name, received)
+        finally:
+            response.release_conn()
+
+    def _handle(
+        self, url: str, target: str, response: Any, start: int, end: int, size: int | None, name: str, received: bytearray
+    ) -> None:
+        status = response.status
+        if status in (301, 302, 303, 307, 308) and target == url:
+            location = response.headers.get("Location")
+            response.drain_conn()
+            if not location:
+                raise SourceError(f"{name}: {public_url(url)} answered {status} without a Location")
+            absolute = urljoin(url, location)
+            with self._lock:
+                self.stats.redirects += 1
+                refreshed = url in self._refreshing
+                self._refreshing.discard(url)
+                self._locations[url] = _Location(absolute, _location_expiry(absolute, time.monotonic()), refreshed)
+            raise _Redirected
+        if status in (401, 403):
+            response.drain_conn()
+            if target != url:
+                with self._lock:
+                    cached = self._locations.pop(url, None)
+                    retry = cached is not None and not cached.refreshed
+                    if retry:
+                        # A signed URL that expired early: resolve once more before calling it permanent.
+                        self._refreshing.add(url)
+                if retry:
+                    raise _Redirected
+            raise SourceAuthError(
+                f"{name}: {public_url(target)} answered {status} ({'unauthorized' if status == 401 else 'forbidden'})"
+            )
+        if status in (404, 410):
+            response.drain_conn()
+            raise SourceFileNotFoundError(f"{name} not found: {public_url(url)} answered {status}")
+        if status == 416:
+            response.drain_conn()
+            raise SourceError(f"byte range [{start}, {end}) of {name} is outside the file ({public_url(url)} answered 416)")
+        if status in RETRYABLE_STATUS:
+            wait = _retry_after(response.headers.get("Retry-After"))
+            response.drain_conn()
+            raise _Retry(f"HTTP {status}", wait)
+        if status == 200:
+            # The server ignored Range: only usable from offset 0, and only what we asked for.
+            if start != 0:
+                response.drain_conn()
+                raise SourceError(f"{name}: {public_url(target)} does not serve byte ranges (answered 200)")
+            self._stream(response, end - start, received, name)
+            return
+        if status != 206:
+            response.drain_conn()
+            raise SourceError(f"{name}: {public_url(target)} answered HTTP {status} to a range read")
+        match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
+        if match is None or int(match[1]) != start or int(match[2]) != end - 1:
+            response.drain_conn()
+            raise SourceError(
+                f"{name}: asked for bytes {start}-{end - 1}, {public_url(target)} sent "
+                f"Content-Range {response.headers.get('Content-Range')!r}"
+            )
+        if size is not None and match[3] != "*" and int(match[3]) != size:
+            response.drain_conn()
+            raise SourceError(
+                f"{name} has {match[3]} bytes at {public_url(target)}, the listing said {size}: the file changed "
+                "during the run (metadata and payloads must not change while training)"
+            )
+        self._stream(response, end - start, received, name)
+
+    def _stream(self, response: Any, wanted: int, received: bytearray, name: str) -> None:
+        """Append up to ``wanted`` body bytes; a body cut short keeps its first part and retries."""
+        before = len(received)
+        try:
+            for chunk in response.stream(_CHUNK):
+                received += chunk[: wanted - (len(received) - before)]
+                if len(received) - before >= wanted:
+                    break
+        except Urllib3Error as error:
+            got = len(received) - before
+            self._count_bytes(got)
+            raise _Retry(f"short body: {type(error).__name__} after {got} of {wanted} bytes") from None
+        got = len(received) - before
+        self._count_bytes(got)
+        if got < wanted:
+            raise _Retry(f"short body: {got} of {wanted} bytes")
+
+    def _count_bytes(self, nbytes: int) -> None:
+        with self._lock:
+            self.stats.bytes_received += nbytes
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _target(self, url: str) -> str:
+        with self._lock:
+            cached = self._locations.get(url)
+            if cached is None:
+                return url
+            if cached.expires_at <= time.monotonic():
+                del self._locations[url]
+                return url
+            return cached.url
+
+    def _pool_for(self) -> urllib3.PoolManager:
+        with self._lock:
+            if self._pool is None:
+                self._pool = urllib3.PoolManager(num_pools=8, maxsize=self.options.connections, block=True)
+            return self._pool
+
+    def _executor_for(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.options.connections, thread_name_prefix="lerobot-nodes-http")
+            return self._executor
+
+
+class _Redirected(Exception):
+    """The request learnt (or dropped) the file's redirect target: send it again at once."""

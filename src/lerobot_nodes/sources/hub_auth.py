@@ -1,0 +1,83 @@
+"""Hub endpoint and credentials, resolved the way huggingface_hub resolves them.
+
+The token is never stored in an object that may be pickled, logged or written: a
+:class:`HubCredentials` holds only *where* the token comes from. An explicit ``token=`` is
+handed to DataLoader workers through the process environment (inherited by spawned workers,
+never written to disk); otherwise each process asks huggingface_hub (``HF_TOKEN``, the token
+file), exactly as the Hub client does.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+EXPLICIT_TOKEN_ENV = "LEROBOT_NODES_HF_TOKEN"
+_MODES = ("default", "explicit", "anonymous")
+
+
+def hub_endpoint(endpoint: str | None = None) -> str:
+    """``endpoint``, else ``$HF_ENDPOINT`` (read now, not at import), else huggingface_hub's default."""
+    if endpoint:
+        return endpoint.rstrip("/")
+    if os.environ.get("HF_ENDPOINT"):
+        return os.environ["HF_ENDPOINT"].rstrip("/")
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT).rstrip("/")
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` asks for no network access (read now)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+class HubCredentials:
+    """Where the Hub token comes from, and the request headers that carry it (per process)."""
+
+    def __init__(self, token: str | bool | None = None) -> None:
+        if isinstance(token, str):
+            os.environ[EXPLICIT_TOKEN_ENV] = token
+            self.mode = "explicit"
+        elif token is False:
+            self.mode = "anonymous"
+        else:
+            self.mode = "default"
+        self._setup()
+
+    def _setup(self) -> None:
+        self._headers: dict[str, str] | None = None
+        self._lock = threading.Lock()
+
+    def token(self) -> str | None:
+        if self.mode == "anonymous":
+            return None
+        if self.mode == "explicit" and os.environ.get(EXPLICIT_TOKEN_ENV):
+            return os.environ[EXPLICIT_TOKEN_ENV]
+        from huggingface_hub import get_token
+
+        return get_token()
+
+    def api_token(self) -> str | bool:
+        """What to pass as ``token=`` to huggingface_hub: the token, or ``False`` for none."""
+        return self.token() or False
+
+    def __call__(self) -> dict[str, str]:
+        """The headers of a Hub request: user agent, and authorization when there is a token."""
+        with self._lock:
+            if self._headers is None:
+                from huggingface_hub.utils import build_hf_headers
+
+                self._headers = dict(build_hf_headers(token=self.api_token(), library_name="lerobot_nodes"))
+            return self._headers
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"mode": self.mode}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.mode = state["mode"] if state.get("mode") in _MODES else "default"
+        self._setup()
+
+    def __repr__(self) -> str:
+        return f"HubCredentials({self.mode})"

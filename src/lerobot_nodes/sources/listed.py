@@ -1,0 +1,88 @@
+"""A remote store whose files are listed once at open and read by HTTP range.
+
+The listing taken at open is the run's view of the store: sizes and content identities come
+from it, and every read is checked against it. Small files under ``meta/`` are kept in a
+local :class:`FileCache` keyed by their content identity, so a second open of the same
+content reads none of them again.
+"""
+
+from __future__ import annotations
+
+import bisect
+from abc import abstractmethod
+from pathlib import Path
+
+from ..errors import SourceFileNotFoundError
+from .base import ByteRange, ByteSource, FileInfo
+from .file_cache import FileCache
+from .http_range import HttpOptions, HttpRangeReader, HttpStats
+from .hub_auth import HubCredentials
+
+CACHED_PREFIX = "meta/"
+
+
+class ListedHttpSource(ByteSource):
+    """Files from a listing taken at open, payload from ``file_url(path)`` by native range reads."""
+
+    has_stable_identity = True
+
+    def __init__(
+        self, files: list[FileInfo], credentials: HubCredentials, http: HttpOptions | None, cache_folder: Path | None
+    ) -> None:
+        super().__init__()
+        self._files = {info.path: info for info in files}
+        self._paths = sorted(self._files)
+        self.credentials = credentials
+        self.reader = HttpRangeReader(http, credentials)
+        self._cache = FileCache(cache_folder) if cache_folder is not None else None
+
+    @abstractmethod
+    def file_url(self, path: str) -> str:
+        """The URL a payload read of ``path`` goes to."""
+
+    @property
+    def http_stats(self) -> HttpStats:
+        return self.reader.stats
+
+    def set_http_options(self, options: HttpOptions) -> None:
+        """Use ``options`` from now on (each DataLoader worker sets its share of connections)."""
+        self.reader.close()
+        self.reader = HttpRangeReader(options, self.credentials)
+
+    def list_files(self, prefix: str = "") -> list[FileInfo]:
+        position = bisect.bisect_left(self._paths, prefix)
+        found = []
+        for path in self._paths[position:]:
+            if not path.startswith(prefix):
+                break
+            if prefix and not prefix.endswith("/") and path != prefix and path[len(prefix)] != "/":
+                continue
+            found.append(self._files[path])
+        return found
+
+    def info(self, path: str) -> FileInfo:
+        found = self._files.get(path)
+        if found is None:
+            raise SourceFileNotFoundError(f"{path} not found in {self.url}")
+        return found
+
+    def _read_file(self, path: str) -> bytes:
+        info = self.info(path)
+        cacheable = self._cache is not None and info.fingerprint is not None and path.startswith(CACHED_PREFIX)
+        if cacheable:
+            assert self._cache is not None and info.fingerprint is not None
+            cached = self._cache.get(path, info.fingerprint)
+            if cached is not None and len(cached) == info.size:
+                return cached
+        data = self.reader.read_all(self.file_url(path), size=info.size, name=self._name(path))
+        if cacheable:
+            assert self._cache is not None and info.fingerprint is not None
+            self._cache.put(path, info.fingerprint, data)
+        return data
+
+    def _read_ranges(self, path: str, ranges: list[ByteRange]) -> list[bytes]:
+        info = self.info(path)
+        return self.reader.read_ranges(self.file_url(path), ranges, size=info.size, name=self._name(path))
+
+    def _name(self, path: str) -> str:
+        return f"{self.url.rstrip('/')}/{path}"
