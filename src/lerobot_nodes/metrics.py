@@ -37,10 +37,13 @@ COUNTER_NAMES = (
     "peak_reserved_bytes",
     "budget_bytes",
     "episodes_fetched",
+    "http_requests",
+    "http_retries",
 )
-"""Per-worker counters. ``reserved_bytes``/``resident_bytes`` are gauges, the others grow."""
+"""Per-worker counters. Gauges (set, not added): reserved/resident bytes, the budget, and the
+HTTP request and retry totals of the worker's remote source."""
 
-_GAUGES = frozenset({"reserved_bytes", "resident_bytes", "budget_bytes"})
+_GAUGES = frozenset({"reserved_bytes", "resident_bytes", "budget_bytes", "http_requests", "http_retries"})
 _PEAKS = frozenset({"peak_reserved_bytes"})
 
 
@@ -169,6 +172,8 @@ class MetricsReport:
     decode_ms_per_frame: float
     frames_decoded: int
     frames_delivered: int
+    http_requests: int = 0
+    http_retries: int = 0
 
     @property
     def samples_per_second(self) -> float:
@@ -184,6 +189,7 @@ class MetricsReport:
             f"{self.reserved_bytes / 1e6:.1f}/{self.resident_bytes / 1e6:.1f} MB (peak "
             f"{self.peak_reserved_bytes / 1e6:.1f} of {self.budget_bytes / 1e6:.1f} MB) | decode "
             f"{self.decode_ms_per_frame:.2f} ms/frame"
+            + (f" | http requests/retries {self.http_requests}/{self.http_retries}" if self.http_requests else "")
         )
 
     def table(self) -> str:
@@ -201,6 +207,8 @@ class MetricsReport:
             ("byte budget", self.budget_bytes),
             ("decode ms per frame", f"{self.decode_ms_per_frame:.3f}"),
             ("decoded frames per delivered frame", f"{self.frames_decoded / max(1, self.frames_delivered):.3f}"),
+            ("HTTP requests (remote sources)", self.http_requests),
+            ("HTTP retries (transient faults survived)", self.http_retries),
         ]
         width = max(len(str(name)) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
@@ -258,4 +266,6 @@ class StreamingMetrics:
             decode_ms_per_frame=1e3 * totals["decode_seconds"] / decoded if decoded else float("nan"),
             frames_decoded=int(decoded),
             frames_delivered=int(totals["frames_delivered"]),
+            http_requests=int(totals["http_requests"]),
+            http_retries=int(totals["http_retries"]),
         )

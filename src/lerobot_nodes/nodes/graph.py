@@ -78,6 +78,22 @@ class StreamingGraph:
         self.buffer.close()
 
 
+def reporting_transfers(fetch: Callable[[int], Any], source: ByteSource, metrics: MetricsSink) -> Callable[[int], Any]:
+    """``fetch``, followed by a report of the source's HTTP request and retry totals (remote sources)."""
+    if not hasattr(source, "http_stats"):
+        return fetch
+
+    def fetch_and_report(episode: int) -> Any:
+        try:
+            return fetch(episode)
+        finally:
+            stats = source.http_stats  # type: ignore[attr-defined]
+            metrics.set("http_requests", stats.requests)
+            metrics.set("http_retries", stats.retries)
+
+    return fetch_and_report
+
+
 def build_streaming_graph(
     source: ByteSource,
     meta: DatasetMeta,
@@ -142,7 +158,7 @@ def build_streaming_graph(
     )
     prefetcher = BytePrefetcher(
         sampler,
-        fetcher.fetch,
+        reporting_transfers(fetcher.fetch, source, metrics),
         prefetch_episodes=config.streaming_prefetch_episodes,
         max_concurrent_fetches=config.max_num_shards,
         metrics=metrics,

@@ -3,7 +3,7 @@
 Example::
 
     lerobot-build-mp4-sidecar --repo-id=OWNER/DATASET --revision=COMMIT_SHA \\
-        --data-root=/path/to/dataset --output=/tmp/dataset-mp4-sidecar.npz --workers=2
+        --data-root=hf://datasets/OWNER/DATASET@COMMIT_SHA --output=/tmp/dataset-mp4-sidecar.npz --workers=8 --push
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ..errors import LeRobotNodesError
 from ..sources.resolve import open_source
 from .builder import build_archive
 from .errors import PublishNotSupportedError
+from .publish import publish_archive
 
 log = logging.getLogger("lerobot_nodes.sidecar")
 
@@ -35,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "$HF_LEROBOT_HOME when --data-root is not given)")
     parser.add_argument("--revision", default=None, help="revision the archive is bound to (a commit SHA for "
                         "published sidecars)")
-    parser.add_argument("--data-root", default=None, help="the dataset root: a local folder")
+    parser.add_argument("--data-root", default=None, help="the dataset root: a local folder, "
+                        "hf://datasets/OWNER/NAME@REVISION, hf://buckets/OWNER/BUCKET or any fsspec URL (default: the "
+                        "Hub repo --repo-id)")
     parser.add_argument("--output", required=True, help="archive to write (.npz)")
     parser.add_argument("--workers", type=int, default=1, help="video files parsed concurrently (default 1)")
     parser.add_argument("--episodes", default=None, help="comma-separated episode indices: index only their "
@@ -69,10 +72,6 @@ def _check_push(args: argparse.Namespace, episodes: list[int] | None) -> None:
         return
     if episodes is not None:
         raise PublishNotSupportedError("a sidecar of a subset of the episodes cannot be published: drop --episodes")
-    raise PublishNotSupportedError(
-        "--push is not available in this build of lerobot_nodes: publishing to a Hub dataset branch or a bucket "
-        "comes with remote-source support. Build without --push, verify the archive, and upload it yourself"
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -104,4 +103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lerobot-build-mp4-sidecar: build failed, {args.output} was left as it was: {error}", file=sys.stderr)
         return EXIT_FAILED
     print(summary.describe())
+    if args.push:
+        try:
+            where = publish_archive(source, args.output)
+        except PublishNotSupportedError as error:
+            print(f"lerobot-build-mp4-sidecar: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        except (LeRobotNodesError, OSError) as error:
+            print(f"lerobot-build-mp4-sidecar: publishing failed (the verified archive stays at {args.output}): {error}",
+                  file=sys.stderr)
+            return EXIT_FAILED
+        print(f"published {where}")
     return EXIT_OK

@@ -68,7 +68,7 @@ def _first_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
-def _hf_api(endpoint: str, credentials: HubCredentials) -> Any:
+def hf_api(endpoint: str, credentials: HubCredentials) -> Any:
     from huggingface_hub import HfApi
 
     return HfApi(endpoint=endpoint, token=credentials.api_token(), library_name="lerobot_nodes")
@@ -129,7 +129,7 @@ class HubRepoSource(ListedHttpSource):
         self.repo_id = repo_id
         self.endpoint = hub_endpoint(endpoint)
         credentials = credentials or HubCredentials(token)
-        api = _hf_api(self.endpoint, credentials)
+        api = hf_api(self.endpoint, credentials)
         what = f"dataset repo {repo_id}"
         with hub_errors(what, self.endpoint):
             self.requested_revision = revision if revision is not None else lerobot_safe_revision(api, repo_id)
@@ -193,7 +193,7 @@ class HubBucketSource(ListedHttpSource):
         self.prefix = prefix.strip("/")
         self.endpoint = hub_endpoint(endpoint)
         credentials = HubCredentials(token)
-        api = _hf_api(self.endpoint, credentials)
+        api = hf_api(self.endpoint, credentials)
         what = f"bucket {bucket_id}"
         with hub_errors(what, self.endpoint):
             if not hasattr(api, "list_bucket_tree"):
