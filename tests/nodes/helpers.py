@@ -1,12 +1,9 @@
-"""Small builders shared by the node tests: pure schedules, fake payloads, sample comparison."""
+"""Small builders shared by the node tests: pure schedules, fake payloads."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import torch
 
 from lerobot_nodes.nodes import ByteBudget, EpisodePoolSampler, RankWorkerSharder, ScheduleItem
 
@@ -50,19 +47,6 @@ def make_sampler(
 
 def pairs(items: Sequence[ScheduleItem]) -> list[tuple[int, int]]:
     return [(item.episode, item.frame) for item in items]
-
-
-def assert_samples_equal(expected: dict[str, Any], actual: dict[str, Any], where: str = "") -> None:
-    """Same keys in the same order, equal tensors (dtype and shape included), equal other values."""
-    assert list(expected) == list(actual), f"{where}: keys {list(expected)} != {list(actual)}"
-    for key, value in expected.items():
-        other = actual[key]
-        if isinstance(value, torch.Tensor):
-            assert isinstance(other, torch.Tensor), f"{where}: {key} is not a tensor"
-            assert value.dtype == other.dtype and value.shape == other.shape, f"{where}: {key} dtype/shape"
-            assert torch.equal(value, other), f"{where}: {key} differs"
-        else:
-            assert value == other, f"{where}: {key}: {value!r} != {other!r}"
 
 
 def lerobot_threads() -> list[str]:

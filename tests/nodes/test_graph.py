@@ -21,9 +21,10 @@ from lerobot_nodes.nodes import (
     build_streaming_graph,
     direct_index_provider,
 )
+from lerobot_nodes.testing.compare import assert_samples_equal
 
 from .conftest import DELTA_TIMESTAMPS
-from .helpers import assert_samples_equal, lerobot_threads
+from .helpers import lerobot_threads
 
 SMALL = StreamingConfig(
     streaming_episode_pool_size=3,

@@ -1,0 +1,100 @@
+"""Generic fsspec stores: a real S3-compatible server (moto + s3fs) and ``memory://``."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import fsspec
+import pytest
+
+from lerobot_nodes.errors import SourceFileNotFoundError
+from lerobot_nodes.sidecar import SidecarCache
+from lerobot_nodes.sources import FsspecSource, open_source
+from lerobot_nodes.testing import write_dataset
+
+from .streaming_checks import assert_epoch_matches_local, epoch_samples, streaming
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="module")
+def local_dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fsspec") / "dataset"
+    return write_dataset(root, episode_lengths=[14, 21, 9, 17, 12], video_files_size_in_mb=0.03, seed=4)
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(local_dataset):
+    """A moto S3 server on 127.0.0.1 holding the dataset under s3://lerobot/datasets/small."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    previous = {key: os.environ.get(key) for key in [*S3_ENV, "AWS_ENDPOINT_URL"]}
+    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
+    try:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        fs.mkdir("lerobot")
+        fs.put(str(local_dataset), "lerobot/datasets/small", recursive=True)
+        yield endpoint
+    finally:
+        server.stop()
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "home"))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_s3_epoch_equals_the_map_style_reader_on_the_local_copy(s3_endpoint, local_dataset, num_workers):
+    dataset = streaming("s3://lerobot/datasets/small")
+    assert isinstance(dataset.source, FsspecSource) and dataset.source.has_stable_identity
+    assert_epoch_matches_local(epoch_samples(dataset, num_workers=num_workers), local_dataset)
+
+
+def test_s3_identity_is_the_etag_and_indexes_are_cached(s3_endpoint, local_dataset):
+    source = open_source("s3://lerobot/datasets/small")
+    video = next(f for f in source.list_files("videos/"))
+    assert video.fingerprint is not None and video.fingerprint.startswith("ETag:")
+    from lerobot_nodes.meta import load_meta
+
+    meta = load_meta(source)
+    _, first = SidecarCache().open(source, meta.video_files())
+    _, second = SidecarCache().open(open_source("s3://lerobot/datasets/small"), meta.video_files())
+    assert first.built and not second.built and second.reused == sorted(meta.video_files())
+    assert b"testing" not in pickle.dumps(source)  # credentials come from the environment, not the pickle
+
+
+def test_s3_missing_prefix_is_a_clear_error(s3_endpoint):
+    with pytest.raises(SourceFileNotFoundError, match="s3://lerobot/datasets/nothing-here"):
+        open_source("s3://lerobot/datasets/nothing-here")
+
+
+def test_memory_store_has_no_stable_identity_and_rebuilds_indexes_every_open(local_dataset, caplog):
+    fs = fsspec.filesystem("memory")
+    fs.put(str(local_dataset), "/lerobot-small", recursive=True)
+    try:
+        dataset = streaming("memory://lerobot-small")
+        assert not dataset.source.has_stable_identity
+        with caplog.at_level("INFO", logger="lerobot_nodes.sidecar"):
+            samples = epoch_samples(dataset, num_workers=0)
+        assert any("no stable file identities" in r.getMessage() for r in caplog.records)
+        assert_epoch_matches_local(samples, local_dataset)
+        from lerobot_nodes.meta import load_meta
+
+        meta = load_meta(dataset.source)
+        _, report = SidecarCache().open(open_source("memory://lerobot-small"), meta.video_files())
+        assert report.in_memory and report.built == sorted(meta.video_files())
+    finally:
+        fs.rm("/lerobot-small", recursive=True)
