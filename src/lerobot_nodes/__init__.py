@@ -15,7 +15,10 @@ from .errors import (
     FrameTimestampError,
     LeRobotNodesError,
     MetadataError,
+    SourceAuthError,
     SourceError,
+    SourceFileNotFoundError,
+    SourceUnavailableError,
     UnsupportedVersionError,
     VideoIndexError,
 )
@@ -26,7 +29,7 @@ from .nodes.byte_cache import ByteBudgetError
 from .nodes.episode_fetch import EpisodeFetchError
 from .nodes.ordered_buffer import GraphFailedError
 from .sidecar.errors import SidecarError, SidecarLockTimeoutError
-from .sources import ByteSource, LocalSource, open_source
+from .sources import ByteSource, FsspecSource, HubBucketSource, HubRepoSource, LocalSource, open_source
 
 __version__ = "0.1.0"
 
@@ -36,15 +39,21 @@ __all__ = [
     "ConfigError",
     "DatasetMeta",
     "EpisodeFetchError",
+    "FsspecSource",
     "FrameTimestampError",
     "GraphFailedError",
+    "HubBucketSource",
+    "HubRepoSource",
     "LeRobotNodesError",
     "LocalSource",
     "MapStyleLeRobotDataset",
     "MetadataError",
     "SidecarError",
     "SidecarLockTimeoutError",
+    "SourceAuthError",
     "SourceError",
+    "SourceFileNotFoundError",
+    "SourceUnavailableError",
     "StreamingConfig",
     "StreamingLeRobotDataset",
     "UnsupportedVersionError",
