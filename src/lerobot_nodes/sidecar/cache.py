@@ -19,6 +19,7 @@ the old one keep reading it: records are immutable and never invalidated in plac
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -229,9 +230,27 @@ class SidecarCache:
                 report.stale[path] = reason
         report.reused = sorted(records)
         missing = [p for p in paths if p not in records]
+        indexes: dict[str, VideoIndex] = {}
         if missing:
-            records.update(self._fill(source, entry, [identities[p] for p in missing], what, report, dataset_id))
-        return {path: MappedVideoIndex(records[path]) for path in paths}, report
+            try:
+                records.update(self._fill(source, entry, [identities[p] for p in missing], what, report, dataset_id))
+            except OSError as error:
+                if not _unwritable(error):
+                    raise
+                self._warn_unwritable(error)
+                indexes = self._index_in_memory(source, [identities[p] for p in missing], what, report)
+        indexes.update({path: MappedVideoIndex(record) for path, record in records.items()})
+        return {path: indexes[path] for path in paths}, report
+
+    def _warn_unwritable(self, error: OSError) -> None:
+        if str(self.root) in _WARNED_UNWRITABLE:
+            return
+        _WARNED_UNWRITABLE.add(str(self.root))
+        log.warning(
+            "the streaming-index cache %s cannot be written (%s: %s): indexes are kept in memory and rebuilt at "
+            "every open; point HF_LEROBOT_HOME at a writable folder to keep them", self.root,
+            type(error).__name__, error.strerror or error,
+        )
 
     def _fill(
         self,
@@ -321,7 +340,9 @@ class SidecarCache:
     def _index_in_memory(
         self, source: ByteSource, identities: list[SourceIdentity], what: str, report: OpenReport
     ) -> dict[str, VideoIndex]:
-        log.info("%s has no stable file identities: indexing its videos again at this open (nothing is cached)", source.url)
+        if not source.has_stable_identity:
+            log.info("%s has no stable file identities: indexing its videos again at this open (nothing is cached)",
+                     source.url)
         report.in_memory = True
         progress = BuildProgress(len(identities), f"{what}, in memory", self.show_progress)
         indexes: dict[str, VideoIndex] = {}
@@ -332,6 +353,14 @@ class SidecarCache:
             progress.advance(parsed.samples)
         progress.finish(source.stats.bytes_read - bytes_before)
         return indexes
+
+
+_WARNED_UNWRITABLE: set[str] = set()
+
+
+def _unwritable(error: OSError) -> bool:
+    """Whether ``error`` says the cache folder cannot be written (permissions, read-only file system)."""
+    return isinstance(error, PermissionError) or error.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def open_video_indexes(
