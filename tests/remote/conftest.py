@@ -13,9 +13,6 @@ import pytest
 from lerobot_nodes.testing import write_dataset
 from lerobot_nodes.testing.hub import LoopbackHub
 
-REPO_ID = "lerobot-nodes/small"
-BUCKET_ID = "lerobot-nodes/small-bucket"
-
 
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:

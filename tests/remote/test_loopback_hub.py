@@ -33,8 +33,8 @@ from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from lerobot_nodes.testing.hub import LoopbackHub
 
-from .conftest import BUCKET_ID, REPO_ID
-
+REPO_ID = "lerobot-nodes/small"
+BUCKET_ID = "lerobot-nodes/small-bucket"
 VIDEO = "videos/observation.images.top/chunk-000/file-000.mp4"
 DATA = "data/chunk-000/file-000.parquet"
 INFO = "meta/info.json"
