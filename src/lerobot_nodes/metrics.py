@@ -7,17 +7,18 @@ measured where it is felt: in the training process, around ``next(loader)``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 from typing import Any, TypeVar
 
 import numpy as np
+
+from .shared_segments import attach_untracked, release
 
 logger = logging.getLogger("lerobot_nodes.metrics")
 
@@ -65,7 +66,7 @@ class WorkerCounters:
             self._table = np.ndarray(self._shape, dtype=np.float64, buffer=self._memory.buf)
             self._table[:] = 0
             # The creator unlinks the segment when it is collected or the process exits.
-            weakref.finalize(self, _release, self._memory, self._table)
+            weakref.finalize(self, release, self._memory, self._table)
         else:
             self._table = np.zeros(self._shape, dtype=np.float64)
         self._lock = threading.Lock()
@@ -82,7 +83,7 @@ class WorkerCounters:
             self._memory = None
             self._table = np.zeros(self._shape, dtype=np.float64)
             return
-        self._memory = _attach_untracked(state["name"])
+        self._memory = attach_untracked(state["name"])
         self._table = np.ndarray(self._shape, dtype=np.float64, buffer=self._memory.buf)
 
     def add(self, row: int, name: str, amount: float = 1.0) -> None:
@@ -105,7 +106,7 @@ class WorkerCounters:
             memory, self._memory = self._memory, None
             self._table = np.zeros(self._shape, dtype=np.float64)
             if self._owner:
-                _release(memory, None)
+                release(memory, None)
             else:
                 memory.close()
 
@@ -122,28 +123,6 @@ class WorkerMetrics:
 
     def set(self, name: str, value: float) -> None:
         self.counters.add(self.row, name, value)
-
-
-def _release(memory: shared_memory.SharedMemory, table: np.ndarray | None) -> None:
-    # Unlink first: closing fails while a numpy view of the buffer is still alive.
-    with contextlib.suppress(FileNotFoundError):
-        memory.unlink()
-    with contextlib.suppress(BufferError):
-        memory.close()
-
-
-def _attach_untracked(name: str) -> shared_memory.SharedMemory:
-    """Attach to a segment without registering it, so a worker's exit never unlinks it.
-
-    The creating process owns the segment. Python 3.13 has ``track=False`` for this; older
-    versions register every attach with the resource tracker, so registration is skipped.
-    """
-    original = resource_tracker.register
-    resource_tracker.register = lambda *args, **kwargs: None  # type: ignore[assignment]
-    try:
-        return shared_memory.SharedMemory(name=name)
-    finally:
-        resource_tracker.register = original  # type: ignore[assignment]
 
 
 def percentiles(values: Iterable[float], points: Iterable[float] = (50, 95, 99)) -> dict[str, float]:

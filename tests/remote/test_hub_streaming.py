@@ -15,13 +15,14 @@ import sys
 import time
 
 import pytest
-from lerobot_nodes.testing.hub import LoopbackHub
 
 from lerobot_nodes.errors import SourceAuthError, SourceError, SourceFileNotFoundError
 from lerobot_nodes.meta import load_meta
+from lerobot_nodes.nodes.episode_fetch import EpisodeFetchError
 from lerobot_nodes.sidecar import SidecarCache
 from lerobot_nodes.sources import HubBucketSource, HubRepoSource, open_source
 from lerobot_nodes.testing import write_dataset
+from lerobot_nodes.testing.hub import LoopbackHub
 
 from .streaming_checks import CONFIG, assert_epoch_matches_local, epoch_samples, streaming
 
@@ -86,8 +87,12 @@ def test_every_fifth_range_read_failing_gives_exactly_the_fault_free_epoch(hub, 
     config = CONFIG.__class__(**{**CONFIG.as_dict(), "streaming_http_timeout_s": 0.5})
     dataset = streaming(repo_id=REPO, config=config)
     samples = epoch_samples(dataset, num_workers=0)
-    faults = {r.fault for r in hub.records if r.fault}
-    assert faults >= {"503", "reset", "close", "short", "stall"}
+    kinds = {"503", "reset", "close", "short", "stall"}
+    # A stalled answer is recorded when the server gives up on it, after the client moved on.
+    deadline = time.monotonic() + 10
+    while not kinds <= {r.fault for r in hub.records} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert kinds <= {r.fault for r in hub.records}
     assert_epoch_matches_local(samples, hub_dataset)
     assert dataset.metrics.report().http_retries >= len([r for r in hub.records if r.fault]) - 1
 
@@ -99,11 +104,13 @@ def test_a_file_that_vanishes_mid_epoch_is_a_clear_error_in_bounded_time(hub, hu
     next(dataset_iter)
     hub.hide(video)
     started = time.monotonic()
-    with pytest.raises(SourceFileNotFoundError) as caught:
+    with pytest.raises(EpisodeFetchError) as caught:
         for _ in dataset_iter:
             pass
     assert time.monotonic() - started < 60
-    assert video in str(caught.value) and "?" not in str(caught.value).split(video)[-1][:1]
+    message = str(caught.value)
+    assert isinstance(caught.value.__cause__, SourceFileNotFoundError)
+    assert video in message and "answered 404" in message and "?" not in message
 
 
 def epoch_iterator(dataset):
@@ -121,8 +128,8 @@ def test_bucket_object_replaced_with_same_size_content_invalidates_its_index(hub
     original = (hub_dataset / video).read_bytes()
     hub.put_bucket_object(BUCKET, video, original[:-4] + bytes(4))  # same size, new content
     _, second = SidecarCache().open(open_source(f"hf://buckets/{BUCKET}"), meta.video_files())
-    assert video in second.built and "fingerprint" in second.stale.get(video, "")
-    assert set(second.reused) == set(meta.video_files()) - {video}
+    # The record name holds the content identity: the new content gets a new record.
+    assert second.built == [video] and set(second.reused) == set(meta.video_files()) - {video}
 
 
 def test_revision_rules_follow_lerobot(hub, hub_dataset):

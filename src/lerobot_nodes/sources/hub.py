@@ -46,11 +46,16 @@ def hub_errors(what: str, endpoint: str):
     except errors.GatedRepoError as error:
         raise SourceAuthError(f"{what}: the repo is gated and this token has no access ({_first_line(error)})") from None
     except errors.RepositoryNotFoundError as error:
+        if _status(error) == 401:
+            raise SourceAuthError(
+                f"{what}: {endpoint} answered 401: the repo is private or does not exist, and the request had no "
+                f"valid token ({_first_line(error)})"
+            ) from None
         raise SourceFileNotFoundError(
             f"{what}: not found at {endpoint}, or private and the token has no access ({_first_line(error)})"
         ) from None
     except errors.HfHubHTTPError as error:
-        status = getattr(getattr(error, "response", None), "status_code", None)
+        status = _status(error)
         if status in (401, 403):
             raise SourceAuthError(f"{what}: {endpoint} answered {status} ({_first_line(error)})") from None
         if status == 404:
@@ -61,6 +66,10 @@ def hub_errors(what: str, endpoint: str):
     except OSError as error:
         raise SourceUnavailableError(f"{what}: cannot reach the Hub at {endpoint} ({type(error).__name__}: "
                                      f"{_first_line(error)})") from None
+
+
+def _status(error: BaseException) -> int | None:
+    return getattr(getattr(error, "response", None), "status_code", None)
 
 
 def _first_line(error: BaseException) -> str:

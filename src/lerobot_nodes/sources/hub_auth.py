@@ -2,18 +2,22 @@
 
 The token is never stored in an object that may be pickled, logged or written: a
 :class:`HubCredentials` holds only *where* the token comes from. An explicit ``token=`` is
-handed to DataLoader workers through the process environment (inherited by spawned workers,
-never written to disk); otherwise each process asks huggingface_hub (``HF_TOKEN``, the token
-file), exactly as the Hub client does.
+kept in a shared-memory segment of the process that received it; a pickled copy carries the
+segment's name, so DataLoader workers (spawn or forkserver) read the token from memory and it
+never travels in a pickle or reaches a file. Otherwise each process asks huggingface_hub
+(``HF_TOKEN``, the token file), exactly as the Hub client does.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import weakref
+from multiprocessing import shared_memory
 from typing import Any
 
-EXPLICIT_TOKEN_ENV = "LEROBOT_NODES_HF_TOKEN"
+from ..shared_segments import attach_untracked, release
+
 _MODES = ("default", "explicit", "anonymous")
 
 
@@ -37,9 +41,16 @@ class HubCredentials:
     """Where the Hub token comes from, and the request headers that carry it (per process)."""
 
     def __init__(self, token: str | bool | None = None) -> None:
+        self._segment: shared_memory.SharedMemory | None = None
+        self._segment_name: str | None = None
         if isinstance(token, str):
-            os.environ[EXPLICIT_TOKEN_ENV] = token
             self.mode = "explicit"
+            data = token.encode()
+            segment = shared_memory.SharedMemory(create=True, size=max(1, len(data)))
+            segment.buf[: len(data)] = data  # type: ignore[index]
+            self._segment, self._segment_name = segment, segment.name
+            self._length = len(data)
+            weakref.finalize(self, release, self._segment)
         elif token is False:
             self.mode = "anonymous"
         else:
@@ -53,11 +64,24 @@ class HubCredentials:
     def token(self) -> str | None:
         if self.mode == "anonymous":
             return None
-        if self.mode == "explicit" and os.environ.get(EXPLICIT_TOKEN_ENV):
-            return os.environ[EXPLICIT_TOKEN_ENV]
+        if self.mode == "explicit":
+            explicit = self._explicit_token()
+            if explicit is not None:
+                return explicit
         from huggingface_hub import get_token
 
         return get_token()
+
+    def _explicit_token(self) -> str | None:
+        """The token handed to the creating process, read from its segment (``None`` once it is gone)."""
+        if self._segment is None and self._segment_name is not None:
+            try:
+                self._segment = attach_untracked(self._segment_name)
+            except FileNotFoundError:
+                return None
+        if self._segment is None:
+            return None
+        return bytes(self._segment.buf[: self._length]).decode()  # type: ignore[index]
 
     def api_token(self) -> str | bool:
         """What to pass as ``token=`` to huggingface_hub: the token, or ``False`` for none."""
@@ -73,10 +97,13 @@ class HubCredentials:
             return self._headers
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"mode": self.mode}
+        return {"mode": self.mode, "segment": self._segment_name, "length": getattr(self, "_length", 0)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.mode = state["mode"] if state.get("mode") in _MODES else "default"
+        self._segment = None
+        self._segment_name = state.get("segment")
+        self._length = int(state.get("length") or 0)
         self._setup()
 
     def __repr__(self) -> str:
