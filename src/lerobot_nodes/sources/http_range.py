@@ -179,10 +179,15 @@ class HttpRangeReader:
             for byte_range in merged
             for piece in split(byte_range, self.options.subranges, self.options.min_subrange)
         ]
-        if len(pieces) == 1:
-            fetched = [self._read_exact(url, pieces[0], size, name)]
-        else:
-            fetched = list(self._executor_for().map(lambda piece: self._read_exact(url, piece, size, name), pieces))
+        fetched = []
+        if len(pieces) == 1 or not self._knows_target(url):
+            # The first read of a file learns its redirect; the others then go straight to it.
+            fetched.append(self._read_exact(url, pieces[0], size, name))
+        rest = pieces[len(fetched):]
+        if len(rest) == 1:
+            fetched.append(self._read_exact(url, rest[0], size, name))
+        elif rest:
+            fetched += self._executor_for().map(lambda piece: self._read_exact(url, piece, size, name), rest)
         by_start = dict(zip((start for start, _ in pieces), fetched, strict=True))
         blobs = [b"".join(by_start[start] for start, _ in pieces if lo <= start < hi) for lo, hi in merged]
         return [
@@ -297,6 +302,9 @@ class HttpRangeReader:
             wait = _retry_after(response.headers.get("Retry-After"))
             response.drain_conn()
             raise _Retry(f"HTTP {status}", wait)
+        if status in (200, 206) and target == url:
+            with self._lock:  # served without a redirect: remember that too
+                self._locations.setdefault(url, _Location(url, time.monotonic() + DEFAULT_LOCATION_TTL_S))
         if status == 200:
             # The server ignored Range: only usable from offset 0, and only what we asked for.
             if start != 0:
@@ -344,6 +352,10 @@ class HttpRangeReader:
             self.stats.bytes_received += nbytes
 
     # -- plumbing ------------------------------------------------------------------------------
+    def _knows_target(self, url: str) -> bool:
+        with self._lock:
+            return url in self._locations
+
     def _target(self, url: str) -> str:
         with self._lock:
             cached = self._locations.get(url)

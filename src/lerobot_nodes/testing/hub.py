@@ -8,7 +8,7 @@ Two stdlib HTTP/1.1 servers on 127.0.0.1 ephemeral ports, nothing beyond loopbac
 * the **CDN origin** (``cdn_endpoint``) serves LFS and bucket payloads behind signed, expiring
   URLs, the way the real Hub answers ``/resolve`` with a 302 to its CDN.
 
-Wire shapes follow what huggingface_hub 2.4.0 sends and expects (``/work/shared/reference/hub-notes.md``).
+Wire shapes follow what huggingface_hub 2.4.0 sends and expects, as seen with the real client.
 Every request on both origins is recorded as a :class:`RequestRecord`, and range reads can be made
 slow or faulty (503, 429, TCP reset, close, short body, stall) to test a reader's resilience.
 
