@@ -1,53 +1,60 @@
-"""Shared fixtures: the LeRobot-written dataset and its golden samples (read-only)."""
+"""Shared fixtures: the datasets LeRobot's writer produced and their golden samples (``tests/data``).
+
+See ``tests/data/README.md`` for what they hold and how they were made. They are read-only:
+copy one (``dataset_copy``) before changing it.
+"""
 
 from __future__ import annotations
 
-import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-
-def _shared_datasets() -> Path:
-    """``../shared/datasets`` beside the repository (or ``$LEROBOT_NODES_SHARED_DATASETS``)."""
-    candidates = [
-        os.environ.get("LEROBOT_NODES_SHARED_DATASETS"),
-        Path(__file__).resolve().parents[2] / "shared" / "datasets",
-        "/work/shared/datasets",
-    ]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "lerobot-writer-small").is_dir():
-            return Path(candidate)
-    return Path(__file__).resolve().parents[2] / "shared" / "datasets"
+DATA = Path(__file__).resolve().parent / "data"
+LEROBOT_AV1 = DATA / "lerobot-writer-tiny-av1"
+LEROBOT_H264 = DATA / "lerobot-writer-tiny-h264"
 
 
-SHARED = _shared_datasets()
-LEROBOT_DATASET = SHARED / "lerobot-writer-small"
-GOLDEN = SHARED / "lerobot-writer-small-golden"
+@dataclass(frozen=True)
+class WrittenDataset:
+    """A dataset written by LeRobot 0.6.1, and the samples LeRobot's map-style reader returned for it."""
 
+    root: Path
 
-def pytest_configure(config: pytest.Config) -> None:
-    if not LEROBOT_DATASET.is_dir():
-        raise pytest.UsageError(f"the LeRobot-written test dataset is missing: {LEROBOT_DATASET}")
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def golden(self) -> Path:
+        return self.root.with_name(f"{self.root.name}-golden")
 
 
 @pytest.fixture(scope="session")
-def lerobot_dataset() -> Path:
-    """The dataset written by LeRobot 0.6.1's writer. Read-only: copy before changing it."""
-    return LEROBOT_DATASET
+def lerobot_av1() -> Path:
+    """AV1 (g=2), cameras top and wrist: 8 episodes in one data file and one MP4 per camera."""
+    return LEROBOT_AV1
 
 
 @pytest.fixture(scope="session")
-def golden_dir() -> Path:
-    return GOLDEN
+def lerobot_h264() -> Path:
+    """H.264 with B-frames, three cameras: 6 episodes whose data and videos span several files."""
+    return LEROBOT_H264
+
+
+@pytest.fixture(scope="session", params=[LEROBOT_AV1, LEROBOT_H264], ids=lambda root: root.name)
+def lerobot_written(request: pytest.FixtureRequest) -> WrittenDataset:
+    """Each LeRobot-written dataset in turn, with its golden samples."""
+    return WrittenDataset(request.param)
 
 
 @pytest.fixture
 def dataset_copy(tmp_path: Path) -> Path:
-    """A writable copy of the LeRobot-written dataset."""
+    """A writable copy of the LeRobot-written AV1 dataset."""
     target = tmp_path / "dataset"
-    shutil.copytree(LEROBOT_DATASET, target)
+    shutil.copytree(LEROBOT_AV1, target)
     for path in target.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return target

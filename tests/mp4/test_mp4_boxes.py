@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lerobot_nodes.errors import VideoIndexError
+from lerobot_nodes.meta import load_meta
 from lerobot_nodes.mp4 import read_index_from_source
 from lerobot_nodes.mp4.boxes import HEAD_WINDOW, iter_boxes, locate_moov
 from lerobot_nodes.sources import LocalSource
@@ -54,12 +55,11 @@ def test_large_moov_needs_two_round_trips(long_files, layout):
     assert source.stats.bytes_read <= HEAD_WINDOW + moov + 64
 
 
-def test_lerobot_written_file_needs_one_round_trip(lerobot_dataset):
-    source = LocalSource(lerobot_dataset)
-    for path in (
-        "videos/observation.images.top/chunk-000/file-000.mp4",
-        "videos/observation.images.wrist/chunk-000/file-000.mp4",
-    ):
+def test_lerobot_written_file_needs_one_round_trip(lerobot_written):
+    source = LocalSource(lerobot_written.root)
+    paths = load_meta(source).video_files()
+    assert paths
+    for path in paths:
         before = source.stats.requests
         read_index_from_source(source, path)
         assert source.stats.requests - before == 1

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import av
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -26,8 +27,6 @@ from lerobot_nodes.mp4 import (
     read_index,
 )
 from lerobot_nodes.sources import LocalSource
-
-CAMERAS = ("observation.images.top", "observation.images.wrist")
 
 
 def _clip(path: Path, plan: ClipPlan) -> bytes:
@@ -102,6 +101,16 @@ def _episodes(dataset: Path) -> list[dict]:
     return table.to_pylist()
 
 
+def _cameras(dataset: Path) -> list[str]:
+    features = json.loads((dataset / "meta/info.json").read_text())["features"]
+    return [key for key, feature in features.items() if feature["dtype"] == "video"]
+
+
+def _video_path(row: dict, camera: str) -> str:
+    chunk, file = row[f"videos/{camera}/chunk_index"], row[f"videos/{camera}/file_index"]
+    return f"videos/{camera}/chunk-{chunk:03d}/file-{file:03d}.mp4"
+
+
 def _reference_episode(path: Path, from_s: float, to_s: float) -> dict[int, np.ndarray]:
     """What the map-style reader decodes: seek to the key frame before the episode, decode through it."""
     frames = {}
@@ -116,50 +125,51 @@ def _reference_episode(path: Path, from_s: float, to_s: float) -> dict[int, np.n
     return frames
 
 
-@pytest.mark.parametrize("episode", [0, 17, 39])
-def test_lerobot_dataset_every_frame_of_episode(lerobot_dataset, episode):
-    row = _episodes(lerobot_dataset)[episode]
-    source = LocalSource(lerobot_dataset)
-    for camera in CAMERAS:
-        path = f"videos/{camera}/chunk-{row[f'videos/{camera}/chunk_index']:03d}/file-{row[f'videos/{camera}/file_index']:03d}.mp4"
-        from_s, to_s = row[f"videos/{camera}/from_timestamp"], row[f"videos/{camera}/to_timestamp"]
-        index = read_index(path, source=source)
-        plan = index.plan_clip(from_s, to_s)
-        assert plan.needed_count == row["length"]
-        assert len(plan.byte_ranges) == 1
-        clip = materialize_clip(plan, source.read_ranges(path, plan.byte_ranges))
-        assert len(clip) == plan.size
-        reference = _reference_episode(lerobot_dataset / path, from_s, to_s)
-        assert len(reference) == row["length"]
-        timestamps = [from_s + i / 30 for i in range(row["length"])]  # LeRobot's query times
-        with ClipDecoder(clip) as decoder:
-            frames = decoder.frames_at(timestamps)
-            assert decoder.samples_decoded == plan.sample_count and decoder.restarts == 1
-        for pts, frame in zip(sorted(reference), _hwc(frames), strict=True):
-            np.testing.assert_array_equal(
-                frame, reference[pts], err_msg=f"episode {episode} {camera} pts {pts}"
-            )
+def test_lerobot_dataset_every_frame_of_every_episode(lerobot_written):
+    root = lerobot_written.root
+    source = LocalSource(root)
+    for episode, row in enumerate(_episodes(root)):
+        for camera in _cameras(root):
+            path = _video_path(row, camera)
+            from_s, to_s = row[f"videos/{camera}/from_timestamp"], row[f"videos/{camera}/to_timestamp"]
+            index = read_index(path, source=source)
+            plan = index.plan_clip(from_s, to_s)
+            assert plan.needed_count == row["length"]
+            assert len(plan.byte_ranges) == 1
+            clip = materialize_clip(plan, source.read_ranges(path, plan.byte_ranges))
+            assert len(clip) == plan.size
+            reference = _reference_episode(root / path, from_s, to_s)
+            assert len(reference) == row["length"]
+            timestamps = [from_s + i / 30 for i in range(row["length"])]  # LeRobot's query times
+            with ClipDecoder(clip) as decoder:
+                frames = decoder.frames_at(timestamps)
+                assert decoder.samples_decoded == plan.sample_count and decoder.restarts == 1
+            for pts, frame in zip(sorted(reference), _hwc(frames), strict=True):
+                np.testing.assert_array_equal(
+                    frame, reference[pts], err_msg=f"episode {episode} {camera} pts {pts}"
+                )
 
 
-def test_lerobot_golden_frames(lerobot_dataset, golden_dir):
+def test_lerobot_golden_frames(lerobot_written):
     """Frames from clips equal what LeRobot 0.6.1's map-style dataset returned."""
-    manifest = json.loads((golden_dir / "manifest.json").read_text())
-    golden = np.load(golden_dir / manifest["configs"]["none"]["npz_file"])
-    data = pq.read_table(
-        lerobot_dataset / "data/chunk-000/file-000.parquet", columns=["timestamp", "episode_index"]
+    root = lerobot_written.root
+    manifest = json.loads((lerobot_written.golden / "manifest.json").read_text())
+    golden = np.load(lerobot_written.golden / manifest["configs"]["none"]["npz_file"])
+    data = pa.concat_tables(
+        pq.read_table(path, columns=["index", "timestamp", "episode_index"])
+        for path in sorted(root.glob("data/chunk-*/file-*.parquet"))
     )
+    assert data["index"].to_pylist() == list(range(len(data)))
     timestamps, episode_of = data["timestamp"].to_pylist(), data["episode_index"].to_pylist()
-    episodes = _episodes(lerobot_dataset)
-    source = LocalSource(lerobot_dataset)
-    indexes = {
-        camera: read_index(f"videos/{camera}/chunk-000/file-000.mp4", source=source) for camera in CAMERAS
-    }
+    episodes = _episodes(root)
+    source = LocalSource(root)
     for index_in_dataset in manifest["indices"]:
         row = episodes[episode_of[index_in_dataset]]
-        for camera in CAMERAS:
+        for camera in _cameras(root):
+            index = read_index(_video_path(row, camera), source=source)
             from_s = row[f"videos/{camera}/from_timestamp"]
-            plan = indexes[camera].plan_clip(from_s, row[f"videos/{camera}/to_timestamp"])
-            clip = materialize_clip(plan, source.read_ranges(indexes[camera].path, plan.byte_ranges))
+            plan = index.plan_clip(from_s, row[f"videos/{camera}/to_timestamp"])
+            clip = materialize_clip(plan, source.read_ranges(index.path, plan.byte_ranges))
             frame = decode_clip(clip, [from_s + timestamps[index_in_dataset]])[0]
             np.testing.assert_array_equal(frame.numpy(), golden[f"{index_in_dataset}/{camera}"])
 

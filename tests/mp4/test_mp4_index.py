@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -54,23 +55,30 @@ def test_many_episodes_per_file_equal_ffmpeg(multi_episode, name):
     assert len(index) == sum(multi_episode[name].lengths)
 
 
-def test_lerobot_written_files_equal_ffmpeg(lerobot_dataset):
-    for path in sorted(lerobot_dataset.glob("videos/*/chunk-*/file-*.mp4")):
+SAMPLE_ENTRIES = {"av1": "av01", "h264": "avc1"}
+
+
+def test_lerobot_written_files_equal_ffmpeg(lerobot_written):
+    info = json.loads((lerobot_written.root / "meta/info.json").read_text())
+    paths = sorted(lerobot_written.root.glob("videos/*/chunk-*/file-*.mp4"))
+    assert len(paths) == {"lerobot-writer-tiny-av1": 2, "lerobot-writer-tiny-h264": 8}[lerobot_written.name]
+    for path in paths:
         index = read_index(path)
         np.testing.assert_array_equal(index_rows(index), demuxed_packets(path))
-        assert index.codec == "av1" and index.sample_entry == "av01"
-        assert (index.width, index.height) == (320, 240)
+        written = info["features"][path.parts[-3]]["info"]  # what the writer declared for this camera
+        assert index.codec == written["video.codec"] and index.sample_entry == SAMPLE_ENTRIES[index.codec]
+        assert (index.width, index.height) == (written["video.width"], written["video.height"]) == (128, 96)
 
 
-def test_index_through_a_source_names_relative_path(lerobot_dataset):
-    source = LocalSource(lerobot_dataset)
+def test_index_through_a_source_names_relative_path(lerobot_av1):
+    source = LocalSource(lerobot_av1)
     path = "videos/observation.images.top/chunk-000/file-000.mp4"
     index = read_index_from_source(source, path)
     assert index.path == path
     assert (
         read_index(path, source=source).file_size
         == index.file_size
-        == (lerobot_dataset / path).stat().st_size
+        == (lerobot_av1 / path).stat().st_size
     )
 
 

@@ -83,14 +83,14 @@ def test_lock_timeout_names_the_lock_file(zygote: Zygote, av1_dataset: Path, tmp
 
 
 def test_processes_mapping_the_same_index_share_its_pages(
-    zygote: Zygote, lerobot_dataset: Path, tmp_path: Path
+    zygote: Zygote, lerobot_av1: Path, tmp_path: Path
 ) -> None:
     cache = tmp_path / "cache"
-    source = LocalSource(lerobot_dataset)
+    source = LocalSource(lerobot_av1)
     paths = load_meta(source).video_files()
     indexes, _ = SidecarCache(cache, show_progress=False).open(source, paths, dataset_id="test/sidecar")
     record_path = indexes[paths[0]].record.path  # type: ignore[attr-defined]
-    children = [zygote.fork("open_indexes", root=str(lerobot_dataset), cache=str(cache), touch_and_hold=60)
+    children = [zygote.fork("open_indexes", root=str(lerobot_av1), cache=str(cache), touch_and_hold=60)
                 for _ in range(2)]
     try:
         for _, result, _ in children:
@@ -100,9 +100,10 @@ def test_processes_mapping_the_same_index_share_its_pages(
         for pid, _, _ in children:
             zygote.kill(pid)
     record_kb = record_path.stat().st_size // 1024
+    assert record_kb >= 8, "the record spans several pages"
     for numbers in stats:
-        assert numbers.get("Rss", 0) >= record_kb // 2, numbers  # the columns were really read from the mapping
-        assert numbers.get("Shared_Clean", 0) >= record_kb // 2, numbers  # ... from pages shared between them
+        assert numbers.get("Rss", 0) >= record_kb, numbers  # the columns were really read from the mapping
+        assert numbers.get("Shared_Clean", 0) >= record_kb, numbers  # ... from pages shared between them
         assert numbers.get("Private_Dirty", 0) == 0, numbers
         assert numbers["Pss"] < numbers["Rss"], numbers
 

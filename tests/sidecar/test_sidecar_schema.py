@@ -36,10 +36,10 @@ class _SourceWithSecretUrl(LocalSource):
         return "0123456789abcdef0123456789abcdef01234567"
 
 
-def test_archive_holds_plain_int64_tables_and_full_metadata(lerobot_dataset: Path, tmp_path: Path) -> None:
-    source = LocalSource(lerobot_dataset)
+def test_archive_holds_plain_int64_tables_and_full_metadata(lerobot_written, tmp_path: Path) -> None:
+    source = LocalSource(lerobot_written.root)
     output = tmp_path / "sidecar.npz"
-    summary = build_archive(source, output, dataset_id="lerobot/small", revision="v1", show_progress=False)
+    summary = build_archive(source, output, dataset_id="lerobot/tiny", revision="v1", show_progress=False)
     meta = load_meta(source)
     assert summary.complete and summary.files == len(meta.video_files())
 
@@ -48,7 +48,7 @@ def test_archive_holds_plain_int64_tables_and_full_metadata(lerobot_dataset: Pat
         assert npz["files/000000/keyframes"].dtype == np.int64
     with SidecarArchive.from_path(output) as archive:
         assert archive.meta.schema_version == SCHEMA_VERSION == 3
-        assert archive.meta.dataset_id == "lerobot/small"
+        assert archive.meta.dataset_id == "lerobot/tiny"
         assert archive.meta.revision == "v1" and archive.meta.source_commit == "v1"
         assert archive.meta.complete is True
         assert archive.meta.builder_version.startswith("lerobot_nodes ")
