@@ -15,6 +15,8 @@ Switching A to the real streaming dataset is the one-line change below.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -29,9 +31,11 @@ IMPLEMENTATION = "streaming"
 
 
 def build_streaming(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from lerobot_nodes import StreamingLeRobotDataset
+    from lerobot_nodes import StreamingConfig, StreamingLeRobotDataset
 
     torch.manual_seed(config["seed"])
+    # --dataset.streaming_* flags of a benchmark (bench_remote.py's HTTP flags), defaults otherwise.
+    flags = json.loads(os.environ.get("LEROBOT_NODES_BENCH_FLAGS") or "{}")
     dataset = StreamingLeRobotDataset(
         config["repo_id"],
         root=config["root"],
@@ -40,6 +44,7 @@ def build_streaming(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         max_num_shards=max(1, config["num_workers"]),
         seed=config["seed"],
         return_uint8=True,
+        config=StreamingConfig(**flags),
     )
     loader = StatefulDataLoader(
         dataset,

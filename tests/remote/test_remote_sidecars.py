@@ -121,7 +121,7 @@ def test_push_of_a_subset_or_a_local_folder_is_refused(hub, small_dataset, tmp_p
     assert subset.returncode == 2 and "subset" in subset.stderr
     local = _build(f"--data-root={small_dataset}", f"--output={tmp_path / 'y.npz'}", "--push")
     assert local.returncode == 2 and "Hub dataset repo or bucket" in local.stderr
-    assert (tmp_path / "y.npz").exists()  # the verified archive stays
+    assert not (tmp_path / "y.npz").exists()  # refused before building
     assert not hub.write_requests()
 
 

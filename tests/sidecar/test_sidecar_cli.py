@@ -66,11 +66,13 @@ def test_subset_is_marked_and_cannot_be_pushed(
     assert not (tmp_path / "x.npz").exists()
 
 
-def test_push_errors_clearly_before_building(av1_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_push_of_a_local_folder_errors_clearly_before_building(
+    av1_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     output = tmp_path / "pushed.npz"
     assert main([f"--data-root={av1_dataset}", f"--output={output}", "--push"]) == 2
     error = capsys.readouterr().err
-    assert "--push is not available" in error and "upload it yourself" in error
+    assert "Hub dataset repo or bucket" in error and "copy the verified archive" in error
     assert not output.exists()
 
 

@@ -17,7 +17,7 @@ from ..errors import LeRobotNodesError
 from ..sources.resolve import open_source
 from .builder import build_archive
 from .errors import PublishNotSupportedError
-from .publish import publish_archive
+from .publish import check_publishable, publish_archive
 
 log = logging.getLogger("lerobot_nodes.sidecar")
 
@@ -87,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_push(args, episodes)
         source = open_source(args.data_root, repo_id=args.repo_id, revision=args.revision)
+        if args.push:
+            check_publishable(source)
         summary = build_archive(
             source,
             args.output,

@@ -27,6 +27,15 @@ def published_name(source: ByteSource) -> str:
     return "mp4-sidecar.npz"
 
 
+def check_publishable(source: ByteSource) -> None:
+    """Raise :class:`PublishNotSupportedError` (before any build) when ``source`` has nowhere to publish to."""
+    if not isinstance(source, (HubRepoSource, HubBucketSource)):
+        raise PublishNotSupportedError(
+            f"--push publishes to a Hub dataset repo or bucket; {source.url} is neither: build without --push and "
+            f"copy the verified archive to {PUBLISHED_DIR} of the dataset root yourself"
+        )
+
+
 def publish_archive(source: ByteSource, archive: str | Path) -> str:
     """Upload the verified ``archive`` of ``source``; returns where it went (for the summary)."""
     target = f"{PUBLISHED_DIR}{published_name(source)}"
@@ -47,7 +56,5 @@ def publish_archive(source: ByteSource, archive: str | Path) -> str:
         with hub_errors(f"publishing to bucket {source.bucket_id}", source.endpoint):
             api.batch_bucket_files(source.bucket_id, add=[(str(archive), full)])
         return f"hf://buckets/{source.bucket_id}/{full}"
-    raise PublishNotSupportedError(
-        f"--push publishes to a Hub dataset repo or bucket; {source.url} is neither: copy the archive to "
-        f"{PUBLISHED_DIR} of the dataset root yourself"
-    )
+    check_publishable(source)
+    raise AssertionError("unreachable")
