@@ -1,6 +1,7 @@
 """A loopback Hugging Face Hub that the real ``huggingface_hub`` client can talk to, for tests and demos.
 
-Two stdlib HTTP/1.1 servers on 127.0.0.1 ephemeral ports, nothing beyond loopback:
+Two stdlib HTTP/1.1 servers on loopback ephemeral ports (the Hub on 127.0.0.1, its CDN on
+127.0.0.2 where the system allows it), nothing beyond loopback:
 
 * the **Hub origin** (``endpoint``) answers the ``/api/...`` routes for dataset repos and storage
   buckets, the ``/resolve/`` file reads, and the few writes needed to publish sidecars
@@ -54,6 +55,8 @@ from lerobot_nodes.testing._hub_store import Blob, Bucket, BucketObject, HttpErr
 
 __all__ = ["FAULT_KINDS", "LoopbackHub", "RequestRecord", "main"]
 
+HUB_HOST = "127.0.0.1"
+CDN_HOST = "127.0.0.2"
 FAULT_KINDS = ("503", "429", "reset", "close", "short", "stall")
 DEMO_REPO_ID = "lerobot-nodes/demo"
 
@@ -223,11 +226,18 @@ class _Server(ThreadingHTTPServer):
         self.routes = routes
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._connections_lock = threading.Lock()
-        super().__init__(("127.0.0.1", port), _Handler)
+        # The CDN gets a host of its own, as on the real Hub: clients that follow only same-host
+        # redirects (huggingface_hub 1.x's HEAD) must see it as another origin. Any 127.x address
+        # is loopback on Linux; elsewhere fall back to 127.0.0.1.
+        host = CDN_HOST if origin == "cdn" else HUB_HOST
+        try:
+            super().__init__((host, port), _Handler)
+        except OSError:
+            super().__init__((HUB_HOST, port), _Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return f"http://{self.server_address[0]}:{self.server_address[1]}"
 
     def process_request(self, request: Any, client_address: Any) -> None:
         thread = threading.Thread(
