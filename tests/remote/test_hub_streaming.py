@@ -219,3 +219,14 @@ def test_sigkill_and_resume_over_the_hub_is_identical(hub, tmp_path):
 
 def _records(path):
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_two_ranks_of_two_workers_cover_every_frame_once_over_the_hub(hub, hub_dataset):
+    seen = {}
+    for rank in range(2):
+        dataset = streaming(repo_id=REPO, rank=rank, world_size=2)
+        seen[rank] = [(int(s["episode_index"]), int(s["frame_index"])) for s in epoch_samples(dataset, num_workers=2)]
+    reference = load_meta(open_source(hub_dataset))
+    everything = seen[0] + seen[1]
+    assert len(everything) == len(set(everything)) == reference.total_frames
+    assert not {e for e, _ in seen[0]} & {e for e, _ in seen[1]}  # whole episodes per rank
