@@ -35,7 +35,7 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         root / "h264_starts_at_7.mp4", frames, "libx264", x264, first_pts=7
     )
     files["av1_starts_at_2"] = encode_with_pts(
-        root / "av1_starts_at_2.mp4", frames, "libsvtav1", {"g": "2", "preset": "12"}, first_pts=2
+        root / "av1_starts_at_2.mp4", frames, "libsvtav1", {"g": "2", "preset": "12", "svtav1-params": "lp=1"}, first_pts=2
     )
     files["h264_dropped_frames"] = encode_with_pts(
         root / "h264_vfr.mp4", frames, "libx264", x264, gap_every=7
