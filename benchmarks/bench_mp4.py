@@ -31,7 +31,14 @@ import pyarrow.parquet as pq
 
 from lerobot_nodes import MapStyleLeRobotDataset
 from lerobot_nodes.file_video import FileVideoDecoder
-from lerobot_nodes.mp4 import ClipDecoder, VideoIndex, decode_clip, materialize_clip, read_index_from_source
+from lerobot_nodes.mp4 import (
+    ClipDecoder,
+    VideoIndex,
+    decode_clip,
+    materialize_clip,
+    plan_clip,
+    read_index_from_source,
+)
 from lerobot_nodes.mp4.boxes import locate_moov
 from lerobot_nodes.mp4.index import parse_moov
 from lerobot_nodes.sources import LocalSource
@@ -151,11 +158,11 @@ def bench_clip_overhead(dataset: Path, hour_files: dict[str, Path], repeat: int)
         cases.append((f"1 h {name.split()[0]}, 10 s episodes", LocalSource(path.parent), path.name, spans))
     for label, case_source, path, spans in cases:
         index = read_index_from_source(case_source, path)
-        plans = [index.plan_clip(start, stop) for start, stop, _ in spans]
+        plans = [plan_clip(index, start, stop) for start, stop, _ in spans]
         payload = np.array([plan.payload_size for plan in plans])
         header = np.array([len(plan.header) for plan in plans])
         frames = np.array([plan.needed_count for plan in plans])
-        plan_time, _ = best_of(repeat, lambda: [index.plan_clip(a, b) for a, b, _ in spans])  # noqa: B023
+        plan_time, _ = best_of(repeat, lambda: [plan_clip(index, a, b) for a, b, _ in spans])  # noqa: B023
         fetch_time, _ = best_of(
             repeat,
             lambda: [materialize_clip(p, case_source.read_ranges(path, p.byte_ranges)) for p in plans],  # noqa: B023
@@ -193,7 +200,7 @@ def bench_decode(
     episodes = spans[:: max(1, len(spans) // 3)][:3]
     clips = []
     for from_s, to_s, length in episodes:
-        plan = index.plan_clip(from_s, to_s)
+        plan = plan_clip(index, from_s, to_s)
         clips.append((materialize_clip(plan, source.read_ranges(path, plan.byte_ranges)), from_s, length))
     total_frames = sum(length for _, _, length in clips)
 

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import os as _os
-
-# SVT-AV1 (used by lerobot_nodes.testing to write AV1 as LeRobot does) prints its whole
-# configuration at every encode; it reads this once, when FFmpeg is loaded: keep errors only.
-_os.environ.setdefault("SVT_LOG", "1")
-
+from ._version import __version__ as __version__
 from .config import StreamingConfig
 from .dataset import StreamingLeRobotDataset, streaming_dataloader
 from .errors import (
@@ -30,8 +25,6 @@ from .nodes.episode_fetch import EpisodeFetchError
 from .nodes.ordered_buffer import GraphFailedError
 from .sidecar.errors import SidecarError, SidecarLockTimeoutError
 from .sources import ByteSource, FsspecSource, HubBucketSource, HubRepoSource, LocalSource, open_source
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ByteBudgetError",

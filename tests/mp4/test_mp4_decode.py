@@ -26,6 +26,7 @@ from lerobot_nodes.mp4 import (
     read_clip,
     read_index,
 )
+from lerobot_nodes.mp4.plan import plan_clip
 from lerobot_nodes.sources import LocalSource
 
 
@@ -63,7 +64,7 @@ def test_every_frame_of_random_spans_is_bit_identical(videos, variant):
     index = read_index(path)
     reference = decoded_frames(path)
     for from_s, to_s in _random_spans(index, 5, seed=len(variant)):
-        plan = index.plan_clip(from_s, to_s)
+        plan = plan_clip(index, from_s, to_s)
         clip = _clip(path, plan)
         needed = [pts for pts in sorted(reference) if plan.first_needed_pts <= pts <= plan.last_needed_pts]
         assert len(needed) == plan.needed_count
@@ -79,7 +80,7 @@ def test_ffmpeg_opens_the_clip_alone(videos, variant):
     index = read_index(path)
     reference = decoded_frames(path)
     for from_s, to_s in _random_spans(index, 3, seed=1):
-        plan = index.plan_clip(from_s, to_s)
+        plan = plan_clip(index, from_s, to_s)
         clip = _clip(path, plan)
         with av.open(io.BytesIO(clip)) as container:
             stream = container.streams.video[0]
@@ -133,7 +134,7 @@ def test_lerobot_dataset_every_frame_of_every_episode(lerobot_written):
             path = _video_path(row, camera)
             from_s, to_s = row[f"videos/{camera}/from_timestamp"], row[f"videos/{camera}/to_timestamp"]
             index = read_index(path, source=source)
-            plan = index.plan_clip(from_s, to_s)
+            plan = plan_clip(index, from_s, to_s)
             assert plan.needed_count == row["length"]
             assert len(plan.byte_ranges) == 1
             clip = materialize_clip(plan, source.read_ranges(path, plan.byte_ranges))
@@ -168,7 +169,7 @@ def test_lerobot_golden_frames(lerobot_written):
         for camera in _cameras(root):
             index = read_index(_video_path(row, camera), source=source)
             from_s = row[f"videos/{camera}/from_timestamp"]
-            plan = index.plan_clip(from_s, row[f"videos/{camera}/to_timestamp"])
+            plan = plan_clip(index, from_s, row[f"videos/{camera}/to_timestamp"])
             clip = materialize_clip(plan, source.read_ranges(index.path, plan.byte_ranges))
             frame = decode_clip(clip, [from_s + timestamps[index_in_dataset]])[0]
             np.testing.assert_array_equal(frame.numpy(), golden[f"{index_in_dataset}/{camera}"])
@@ -181,7 +182,7 @@ def test_lerobot_golden_frames(lerobot_written):
 def h264_episode(multi_episode):
     file = multi_episode["h264"]
     index = read_index(file.path)
-    plan = index.plan_clip(*file.spans[2])
+    plan = plan_clip(index, *file.spans[2])
     return index, plan, _clip(file.path, plan), decoded_frames(file.path)
 
 
@@ -222,7 +223,7 @@ def test_random_order_gives_the_same_frames_and_decodes_little(videos, variant):
     path = videos[variant]
     index = read_index(path)
     reference = decoded_frames(path)
-    plan = index.plan_clip(0.0, 10.0)
+    plan = plan_clip(index, 0.0, 10.0)
     decoder = ClipDecoder(_clip(path, plan), frame_cache_size=2)
     order = np.random.default_rng(3).permutation(sorted(reference))
     for pts in order[:25]:
@@ -237,7 +238,7 @@ def test_threads_with_their_own_decoders(multi_episode):
     file = multi_episode["av1"]
     index = read_index(file.path)
     reference = decoded_frames(file.path)
-    clips = [(_clip(file.path, plan := index.plan_clip(*span)), plan) for span in file.spans]
+    clips = [(_clip(file.path, plan := plan_clip(index, *span)), plan) for span in file.spans]
     shared = ClipDecoder(clips[0][0])
     errors: list[BaseException] = []
 
@@ -275,7 +276,7 @@ def test_threads_with_their_own_decoders(multi_episode):
 def test_tolerance_and_float_output(videos):
     path = videos["av1"]
     index = read_index(path)
-    clip = _clip(path, index.plan_clip(0.0, 1.0))
+    clip = _clip(path, plan_clip(index, 0.0, 1.0))
     exact = decode_clip(clip, [10 / 30, 11 / 30])
     assert exact.shape == (2, 3, index.height, index.width) and exact.dtype == torch.uint8
     assert torch.equal(decode_clip(clip, [10 / 30 + 5e-5, 11 / 30 - 5e-5]), exact)
@@ -296,7 +297,7 @@ def test_leading_pictures_outside_the_clip_are_not_offered(videos):
     """An open-GOP clip never returns a frame whose references it does not hold."""
     index = read_index(videos["h264_open_gop"])
     key = next(k for k in index.keyframe_indices[1:] if np.any(index.pts[k + 1 : k + 4] < index.pts[k]))
-    plan = index.plan_clip(index.pts[key] / index.timescale, index.pts[key] / index.timescale + 0.2)
+    plan = plan_clip(index, index.pts[key] / index.timescale, index.pts[key] / index.timescale + 0.2)
     decoder = ClipDecoder(_clip(videos["h264_open_gop"], plan))
     assert plan.sample_start == key
     assert decoder.timestamps_s[0] == index.pts[key] / index.timescale
@@ -308,7 +309,7 @@ def test_leading_pictures_outside_the_clip_are_not_offered(videos):
 def test_decoder_from_plan_and_fetched_chunks(videos):
     path = videos["h264"]
     index = read_index(path)
-    plan = index.plan_clip(0.5, 1.2)
+    plan = plan_clip(index, 0.5, 1.2)
     chunks = LocalSource(path.parent).read_ranges(path.name, plan.byte_ranges)
     decoder = ClipDecoder.from_plan(plan, chunks)
     assert decoder.needed_span_s == (

@@ -12,7 +12,14 @@ from mp4_edit import Node, move_payload_beyond, read_table, rewrite_moov, stbl, 
 from mp4_media import decoded_frames, demuxed_packets, encode_with_pts
 
 from lerobot_nodes.errors import SourceFileNotFoundError, VideoIndexError
-from lerobot_nodes.mp4 import VideoIndex, decode_clip, materialize_clip, read_index, read_index_from_source
+from lerobot_nodes.mp4 import (
+    VideoIndex,
+    decode_clip,
+    materialize_clip,
+    plan_clip,
+    read_index,
+    read_index_from_source,
+)
 from lerobot_nodes.sources import LocalSource
 from lerobot_nodes.testing.video import synthetic_frames
 
@@ -105,7 +112,7 @@ def test_arrays_round_trip_through_npz(videos, tmp_path):
         index.stsd,
         index.codec_config,
     )
-    assert rebuilt.plan_clip(0.5, 1.5).size == index.plan_clip(0.5, 1.5).size
+    assert plan_clip(rebuilt, 0.5, 1.5).size == plan_clip(index, 0.5, 1.5).size
 
 
 def test_from_arrays_rejects_inconsistent_arrays(videos):
@@ -137,7 +144,7 @@ def test_samples_beyond_4_gib(videos, tmp_path):
     np.testing.assert_array_equal(index.offsets - index.offsets[0], original.offsets - original.offsets[0])
     np.testing.assert_array_equal(index.pts, original.pts)
     np.testing.assert_array_equal(index_rows(index), demuxed_packets(big))
-    plan = index.plan_clip(0.3, 1.0)
+    plan = plan_clip(index, 0.3, 1.0)
     source = LocalSource(big.parent)
     clip = materialize_clip(plan, source.read_ranges(big.name, plan.byte_ranges))
     reference = decoded_frames(videos["av1"])

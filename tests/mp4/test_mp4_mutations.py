@@ -26,6 +26,7 @@ from lerobot_nodes.mp4 import (
     read_clip,
     read_index_from_bytes,
 )
+from lerobot_nodes.mp4.plan import plan_clip
 
 INTERESTING_WORDS = [0, 1, 2, 7, 8, 16, 255, 0x7FFF, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF]  # fmt: skip
 MUTATION_SETTINGS = settings(
@@ -78,7 +79,7 @@ def _exercise(data: bytes, span_seed: float) -> None:
     sorted_pts = np.sort(index.pts)
     first = sorted_pts[int(span_seed * (len(sorted_pts) - 1))] / index.timescale
     try:
-        plan = index.plan_clip(first, first + 0.2)
+        plan = plan_clip(index, first, first + 0.2)
     except (FrameTimestampError, VideoIndexError):
         return
     chunks = [data[start:end] for start, end in plan.byte_ranges]

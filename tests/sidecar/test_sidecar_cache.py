@@ -14,6 +14,7 @@ from sidecar_testkit import copy_dataset
 
 from lerobot_nodes.meta import load_meta
 from lerobot_nodes.mp4.index import VideoIndex, read_index_from_source
+from lerobot_nodes.mp4.plan import plan_clip
 from lerobot_nodes.sidecar import (
     MappedVideoIndex,
     SidecarCache,
@@ -77,7 +78,7 @@ def test_public_entry_point(av1_dataset: Path, tmp_path: Path) -> None:
     indexes = open_video_indexes(source, meta, meta.video_files([0]), cache_dir=tmp_path / "cache", lock_timeout_s=5)
     assert set(indexes) == set(meta.video_files([0]))
     index = indexes[meta.video_file(0, meta.video_keys[0])]
-    plan = index.plan_clip(*meta.video_span(0, meta.video_keys[0]))
+    plan = plan_clip(index, *meta.video_span(0, meta.video_keys[0]))
     assert plan.needed_count == int(meta.episodes.length[0])
     assert index.timescale > 0 and index.codec == "av1" and len(index.codec_config) > 0
     assert (tmp_path / "cache" / "g1").is_dir()
@@ -222,7 +223,7 @@ def test_entry_names_the_dataset_and_is_keyed_by_store(av1_dataset: Path, tmp_pa
 
 
 def test_mapped_indexes_materialize_and_decode_like_parsed_ones(h264_many_files: Path) -> None:
-    from lerobot_nodes.mp4 import decode_clip, materialize_clip
+    from lerobot_nodes.mp4 import decode_clip, materialize_clip, plan_clip
 
     source = LocalSource(h264_many_files)
     meta = load_meta(source)
@@ -233,7 +234,7 @@ def test_mapped_indexes_materialize_and_decode_like_parsed_ones(h264_many_files:
     from_s, to_s = meta.video_span(episode, key)
     clips = []
     for index in (mapped, read_index_from_source(source, path)):
-        plan = index.plan_clip(from_s, to_s)
+        plan = plan_clip(index, from_s, to_s)
         clips.append(materialize_clip(plan, source.read_ranges(path, plan.byte_ranges)))
     assert clips[0] == clips[1]
     timestamps = [from_s + i / meta.fps for i in range(0, int(meta.episodes.length[episode]), 7)]

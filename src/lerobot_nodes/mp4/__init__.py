@@ -21,7 +21,7 @@ Public API:
     ``width``, ``height``, ``path``, ``file_size``, ``media_time``, ``empty_edit_duration``.
     ``to_arrays()`` / ``VideoIndex.from_arrays(d)`` round-trip through an NPZ.
 
-``VideoIndex.plan_clip(from_s, to_s) -> ClipPlan``
+``plan_clip(VideoIndex, from_s, to_s) -> ClipPlan``
     Samples, coalesced ``byte_ranges`` (``(start, end)``, end exclusive) and the exact clip
     ``size`` for the frames presented in ``[from_s, to_s)``, from the tables alone.
 
@@ -50,7 +50,7 @@ from __future__ import annotations
 from .clip import ClipOrigin, materialize_clip, read_clip
 from .decode import ClipDecoder, VideoDecodeError, decode_clip
 from .index import VideoIndex, read_index, read_index_from_bytes, read_index_from_source
-from .plan import ClipPlan
+from .plan import ClipPlan, plan_clip
 
 __all__ = [
     "ClipDecoder",
@@ -60,6 +60,7 @@ __all__ = [
     "VideoIndex",
     "decode_clip",
     "materialize_clip",
+    "plan_clip",
     "read_clip",
     "read_index",
     "read_index_from_bytes",

@@ -13,7 +13,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -35,9 +35,6 @@ from .tables import (
     parse_stts,
     parse_stz2,
 )
-
-if TYPE_CHECKING:
-    from .plan import ClipPlan
 
 INDEX_FORMAT_VERSION = 1
 """Version of the :meth:`VideoIndex.to_arrays` layout."""
@@ -171,16 +168,6 @@ class VideoIndex:
     def timestamps_s(self) -> np.ndarray:
         """Presentation time of every sample in seconds (decode order), float64."""
         return self.pts / self.timescale
-
-    # -- planning -------------------------------------------------------------------------
-    def plan_clip(self, from_s: float, to_s: float) -> ClipPlan:
-        """Plan the clip holding every frame presented in ``[from_s, to_s)`` (seconds).
-
-        See :func:`lerobot_nodes.mp4.plan.plan_clip` for the rules and guarantees.
-        """
-        from .plan import plan_clip
-
-        return plan_clip(self, from_s, to_s)
 
     # -- plain arrays ---------------------------------------------------------------------
     def to_arrays(self) -> dict[str, np.ndarray]:

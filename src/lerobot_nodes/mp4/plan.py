@@ -14,21 +14,8 @@ import numpy as np
 
 from ..errors import FrameTimestampError, VideoIndexError
 from ..sources.ranges import ByteRange, coalesce
-from .clip import build_clip_header
 from .index import VideoIndex
-
-
-@dataclass(frozen=True)
-class ClipTables:
-    """The sample tables written into a clip: runs and per-sample arrays for its samples."""
-
-    sizes: np.ndarray
-    time_to_sample: tuple[np.ndarray, np.ndarray]
-    """``(counts, durations)`` runs (stts)."""
-    composition_offsets: tuple[np.ndarray, np.ndarray] | None
-    """``(counts, pts - dts)`` runs (ctts v0), ``None`` when every offset is 0."""
-    sync_samples: np.ndarray | None
-    """1-based sync sample numbers (stss), ``None`` when every sample is a sync sample."""
+from .mux import ClipTables, build_clip_header
 
 
 @dataclass(frozen=True)

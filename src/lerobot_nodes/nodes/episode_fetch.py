@@ -14,11 +14,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ..episode_data import EpisodeData
 from ..errors import LeRobotNodesError
 from ..meta import DatasetMeta
+from ..mp4.index import VideoIndex
+from ..mp4.plan import plan_clip
 from ..parquet import EpisodeRowsPlan, EpisodeTableReader
 from ..sources import ByteRange, ByteSource
 
@@ -27,23 +29,7 @@ class EpisodeFetchError(LeRobotNodesError):
     """Fetching or decoding the payload of an episode failed; names the episode, file and ranges."""
 
 
-class ClipPlanLike(Protocol):
-    """What the prefetcher needs of a clip plan (``mp4.ClipPlan`` satisfies it)."""
-
-    @property
-    def byte_ranges(self) -> list[ByteRange]: ...
-
-    @property
-    def size(self) -> int: ...
-
-
-class VideoIndexLike(Protocol):
-    """What the prefetcher needs of a video index (``mp4.VideoIndex`` satisfies it)."""
-
-    def plan_clip(self, from_s: float, to_s: float) -> Any: ...
-
-
-VideoIndexProvider = Callable[[Sequence[str]], Mapping[str, VideoIndexLike]]
+VideoIndexProvider = Callable[[Sequence[str]], Mapping[str, VideoIndex]]
 """``video paths -> {path: index}``: opens the indexes of the given video files."""
 
 ClipMaterializer = Callable[[Any, list[bytes]], bytes]
@@ -57,7 +43,7 @@ def default_index_provider(source: ByteSource, meta: DatasetMeta, lock_timeout_s
     except ImportError:
         return direct_index_provider(source)
 
-    def from_sidecar(paths: Sequence[str]) -> Mapping[str, VideoIndexLike]:
+    def from_sidecar(paths: Sequence[str]) -> Mapping[str, VideoIndex]:
         return open_video_indexes(source, meta, list(paths), lock_timeout_s=lock_timeout_s)
 
     return from_sidecar
@@ -67,7 +53,7 @@ def direct_index_provider(source: ByteSource) -> VideoIndexProvider:
     """Indexes parsed from each file's ``moov`` (two range reads per file, no cache)."""
     from ..mp4 import read_index_from_source
 
-    def from_moov(paths: Sequence[str]) -> Mapping[str, VideoIndexLike]:
+    def from_moov(paths: Sequence[str]) -> Mapping[str, VideoIndex]:
         return {path: read_index_from_source(source, path) for path in paths}
 
     return from_moov
@@ -144,11 +130,11 @@ class EpisodeFetcher:
         self._index_provider = index_provider
         self._lock_timeout_s = lock_timeout_s
         self._materialize = materialize
-        self._indexes: dict[str, VideoIndexLike] = {}
+        self._indexes: dict[str, VideoIndex] = {}
         self._lock = threading.Lock()
 
     # -- planning (no payload I/O) --------------------------------------------------------
-    def index(self, path: str) -> VideoIndexLike:
+    def index(self, path: str) -> VideoIndex:
         with self._lock:
             found = self._indexes.get(path)
             if found is not None:
@@ -181,7 +167,7 @@ class EpisodeFetcher:
             from_s, to_s = self.meta.video_span(episode, key)
             index = self.index(path)
             try:
-                plan = index.plan_clip(from_s, to_s)
+                plan = plan_clip(index, from_s, to_s)
             except LeRobotNodesError as exc:
                 add_context(exc, f"episode {episode}, camera {key}: planning its clip [{from_s}, {to_s}) s of {path}")
                 raise

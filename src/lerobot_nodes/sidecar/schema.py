@@ -214,7 +214,7 @@ class ArchiveMeta:
 
 
 def builder_version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return f"lerobot_nodes {__version__}"
 

@@ -161,6 +161,9 @@ def encode_video(
     out_path = Path(path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     container_options = {"movflags": "faststart"} if faststart else {}
+    # SVT-AV1 prints its whole configuration at every encoder start unless told to keep to errors;
+    # it reads SVT_LOG when an encoder is created, so setting it here is enough.
+    os.environ.setdefault("SVT_LOG", "1")
     with av.open(str(out_path), mode="w", options=container_options) as container:
         stream = container.add_stream(encoder, rate=fps, options=codec_options)
         assert isinstance(stream, av.VideoStream)
