@@ -58,11 +58,6 @@ class ClipPlan:
         return self.sample_stop - self.sample_start
 
     @property
-    def needed_pts_range(self) -> tuple[int, int]:
-        """``(first, last)`` needed presentation times, inclusive, in ticks."""
-        return self.first_needed_pts, self.last_needed_pts
-
-    @property
     def fetch_size(self) -> int:
         """Bytes to fetch: the sum of ``byte_ranges``."""
         return sum(end - start for start, end in self.byte_ranges)

@@ -89,10 +89,6 @@ class ByteCacheStats:
     fetched_bytes: int
     episodes_fetched: int
 
-    @property
-    def max_reserved_ratio(self) -> float:
-        return self.max_reserved_bytes / self.budget_bytes
-
 
 class EpisodeByteCache:
     """Thread-safe reservations and payloads of the episodes one worker prefetches.
@@ -148,11 +144,6 @@ class EpisodeByteCache:
         with self._cond:
             entry = self._entries.get(episode)
             return entry is not None and entry.reserved
-
-    def held_episodes(self) -> list[int]:
-        """Episodes with an entry (wanted, fetching, resident or decoding), oldest first."""
-        with self._cond:
-            return list(self._entries)
 
     # -- life of an entry -----------------------------------------------------------------
     def want(self, episode: int) -> None:
