@@ -9,6 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 MODULES = {"lerobot-nodes": "lerobot_nodes.cli.main", "lerobot-build-mp4-sidecar": "lerobot_nodes.cli.build_sidecar"}
+ABORTING_EXIT_HANDLER = """
+import ctypes, runpy
+libc = ctypes.CDLL(None)
+# Registered first, so it runs last when exit() runs the C/C++ exit handlers: abort, exit 134.
+libc.__cxa_atexit(ctypes.cast(libc.abort, ctypes.c_void_p), None, None)
+runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
+"""
+"""``python -m MODULE`` in a process whose C/C++ exit handlers abort, as pyarrow's sometimes do."""
 
 
 def run_cli(
@@ -17,14 +25,20 @@ def run_cli(
     env: dict[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
     timeout: float = 300,
+    abort_at_exit: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``command ARGS`` in a new Python process, as its console script runs it (``python -m`` its module)."""
+    """``command ARGS`` in a new Python process, as its console script runs it (``python -m`` its module).
+
+    ``abort_at_exit``: the process aborts if it reaches the C/C++ exit handlers (ABORTING_EXIT_HANDLER).
+    """
+    module = MODULES[command]
+    start = ["-c", ABORTING_EXIT_HANDLER.format(module=module)] if abort_at_exit else ["-m", module]
     return subprocess.run(
-        [sys.executable, "-m", MODULES[command], *map(str, args)],
+        [sys.executable, *start, *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        env={**os.environ, **(env or {})},
         preexec_fn=preexec_fn,
     )
 
