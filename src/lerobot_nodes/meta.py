@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import MetadataError, SourceFileNotFoundError, UnsupportedVersionError
+from .errors import ConfigError, MetadataError, SourceFileNotFoundError, UnsupportedVersionError
 from .sources import ByteSource
 
 INFO_PATH = "meta/info.json"
@@ -452,7 +452,7 @@ def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> list[i
         return list(range(total))
     chosen = [int(e) for e in episodes]
     if len(set(chosen)) != len(chosen):
-        raise ValueError(f"episodes contains duplicates: {sorted(e for e in set(chosen) if chosen.count(e) > 1)}")
+        raise ConfigError(f"episodes contains duplicates: {sorted(e for e in set(chosen) if chosen.count(e) > 1)}")
     dropped = [e for e in chosen if not 0 <= e < total]
     if dropped:
         warnings.warn(
@@ -461,5 +461,5 @@ def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> list[i
         )
     kept = [e for e in chosen if 0 <= e < total]
     if not kept:
-        raise ValueError(f"no episode selected: {list(episodes)} has no episode of {meta.source.url} ({total} episodes)")
+        raise ConfigError(f"no episode selected: {list(episodes)} has no episode of {meta.source.url} ({total} episodes)")
     return kept

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .episode_data import EpisodeData, image_value_to_tensor
-from .errors import MetadataError
+from .errors import ConfigError, MetadataError
 from .meta import DatasetMeta
 from .windows import check_delta_timestamps, delta_indices, pad_key, resolve_window
 
@@ -46,7 +46,7 @@ class SampleSpec:
         if delta_timestamps is not None:
             unknown = sorted(set(delta_timestamps) - set(meta.features))
             if unknown:
-                raise ValueError(
+                raise ConfigError(
                     f"delta_timestamps names keys that are not features of {meta.source.url}: {unknown}; "
                     f"features are {sorted(meta.features)}"
                 )

@@ -13,6 +13,8 @@ from pprint import pformat
 
 import numpy as np
 
+from .errors import ConfigError
+
 PAD_SUFFIX = "_is_pad"
 
 
@@ -24,14 +26,14 @@ def pad_key(key: str) -> str:
 def check_delta_timestamps(
     delta_timestamps: Mapping[str, Sequence[float]], fps: int, tolerance_s: float
 ) -> None:
-    """Raise ``ValueError`` listing every delta that is not a multiple of ``1/fps`` within tolerance."""
+    """Raise ``ConfigError`` (a ``ValueError``, as in LeRobot) listing every delta off the ``1/fps`` grid."""
     outside = {}
     for key, deltas in delta_timestamps.items():
         bad = [d for d in deltas if abs(d * fps - round(d * fps)) / fps > tolerance_s]
         if bad:
             outside[key] = bad
     if outside:
-        raise ValueError(
+        raise ConfigError(
             "The following delta_timestamps are found outside of tolerance range. "
             f"Please make sure they are multiples of 1/{fps} +/- tolerance ({tolerance_s} s) and adjust "
             f"their values accordingly.\n{pformat(outside)}"

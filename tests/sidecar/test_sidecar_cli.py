@@ -88,13 +88,34 @@ def test_failed_build_keeps_the_previous_output(
     capsys.readouterr()
     assert main([f"--data-root={root}", f"--output={output}", "--workers=2"]) == 1
     error = capsys.readouterr().err
-    assert "build failed" in error and "left as it was" in error
+    *_, line, hint = error.splitlines()
+    assert line.startswith(f"error: build failed, {output} was left as it was: ") and "Traceback" not in error
+    assert hint == "hint: --debug (or LEROBOT_NODES_DEBUG=1) prints the full traceback"
     assert output.read_bytes() == previous
     assert sorted(p.name for p in output.parent.iterdir()) == ["sidecar.npz"]  # nothing partial
 
 
-def test_usage_errors(av1_dataset: Path, tmp_path: Path) -> None:
-    assert main([f"--data-root={av1_dataset}", f"--output={tmp_path / 'a.npz'}", "--workers=0"]) == 2
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--workers=0"], "--workers must be >= 1, got 0"),
+        (["--episodes=1,x"], "--episodes must be comma-separated integers, got '1,x'"),
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_usage_errors(
+    av1_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert main([f"--data-root={av1_dataset}", f"--output={tmp_path / 'a.npz'}", *args]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {message}", "hint: lerobot-build-mp4-sidecar --help lists every flag"
+    ]
+
+
+def test_missing_required_flags_are_usage_errors(
+    av1_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main([f"--output={tmp_path / 'a.npz'}"]) == 2
-    with pytest.raises(SystemExit):
-        main([f"--data-root={av1_dataset}"])  # --output is required
+    assert capsys.readouterr().err.startswith("error: give --data-root or --repo-id\n")
+    assert main([f"--data-root={av1_dataset}"]) == 2
+    assert capsys.readouterr().err.startswith("error: the following arguments are required: --output\n")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+from .console import exit_process
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -12,5 +14,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return sidecar_main(argv)
 
 
+def console_script() -> NoReturn:
+    """The ``lerobot-build-mp4-sidecar`` console script: ``main``, then a clean process exit."""
+    exit_process(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_script()

@@ -1,8 +1,10 @@
-"""LeRobot-style flags: ``--dataset.streaming_episode_pool_size=16``, ``--seed=null``, ...
+"""LeRobot-style flags: ``--dataset.streaming_episode_pool_size=16``, ``--steps 20``, ``--seed=null``, ...
 
 Values are parsed the way LeRobot's draccus-based CLI reads them from the command line:
-``null``/``none`` is ``None``, ``true``/``false`` are booleans, lists and dicts are JSON,
-everything else is converted to the option's declared type.
+``--flag=value`` or ``--flag value``; ``null``/``none`` is ``None``, ``true``/``false`` are
+booleans, lists and dicts are JSON, everything else is converted to the flag's declared type.
+Every flag, its type and its default live in one table, which also writes the ``--help`` text;
+the ``--dataset.streaming_*`` part of it is derived from :class:`StreamingConfig`.
 """
 
 from __future__ import annotations
@@ -11,55 +13,133 @@ import json
 import types
 import typing
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from ..config import StreamingConfig
+from ..config import DEFAULT_RANK_POOL_SIZE, StreamingConfig
 from ..errors import ConfigError
 
-DATASET_PREFIX = "--dataset."
-DATASET_FIELDS: dict[str, Any] = {
-    "repo_id": str | None,
-    "root": str | None,
-    "revision": str | None,
-    "repo_type": str,
-    "episodes": list | None,
-    "streaming": bool,
-    "delta_timestamps": dict | None,
-    "tolerance_s": float,
-    "return_uint8": bool,
-}
-"""``--dataset.*`` options that are not StreamingConfig fields."""
+DATASET_PREFIX = "dataset."
 
-TRAINING_FIELDS: dict[str, Any] = {
-    "batch_size": int,
-    "num_workers": int,
-    "steps": int,
-    "seed": int | None,
-    "log_freq": int,
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag as typed without its ``--`` (``dataset.root``, ``batch_size``), its type and default."""
+
+    name: str
+    kind: Any
+    default: Any = None
+    minimum: float | None = None
+    default_text: str | None = None
+    """How ``--help`` states the default when the value alone does not say what it means."""
+
+    @property
+    def option(self) -> str:
+        return f"--{self.name}"
+
+    @property
+    def key(self) -> str:
+        """The name of the option in the dataset/streaming/training dict it is parsed into."""
+        return self.name.removeprefix(DATASET_PREFIX)
+
+    def describe_default(self) -> str:
+        return self.default_text or format_value(self.default)
+
+
+DATASET_FLAGS: tuple[Flag, ...] = (
+    Flag("dataset.root", str | None, default_text="the built-in demo dataset"),
+    Flag("dataset.repo_id", str | None, default_text="null ($HF_LEROBOT_HOME/<repo_id> when no root is given)"),
+    Flag("dataset.revision", str | None),
+    Flag("dataset.repo_type", str, "dataset"),
+    Flag("dataset.episodes", list[int] | None, default_text="null (all episodes)"),
+    Flag("dataset.streaming", bool, True, default_text="true (false: the map-style reader)"),
+    Flag("dataset.delta_timestamps", dict[str, list[float]] | None, default_text="null (from --window)"),
+    Flag("dataset.tolerance_s", float, 1e-4, minimum=0),
+    Flag("dataset.return_uint8", bool, True),
+)
+"""``--dataset.*`` flags that are not StreamingConfig fields."""
+
+_STREAMING_DEFAULT_TEXT = {
+    "streaming_episode_pool_size": f"null ({DEFAULT_RANK_POOL_SIZE} episodes per rank, split over its workers)",
+    "video_decoder_cache_size": "null (pool x cameras per worker)",
 }
+_NOT_A_FLAG = ("max_num_shards",)  # set from --num_workers, as LeRobot training does
+
+
+def _streaming_flags() -> tuple[Flag, ...]:
+    hints = typing.get_type_hints(StreamingConfig)
+    return tuple(
+        Flag(DATASET_PREFIX + f.name, hints[f.name], f.default, default_text=_STREAMING_DEFAULT_TEXT.get(f.name))
+        for f in fields(StreamingConfig)
+        if f.name not in _NOT_A_FLAG and f.default is not MISSING
+    )
+
+
+STREAMING_FLAGS = _streaming_flags()
+"""Every StreamingConfig field as a ``--dataset.*`` flag; StreamingConfig validates their values."""
+
+TRAINING_FLAGS: tuple[Flag, ...] = (
+    Flag("batch_size", int, 8, minimum=1),
+    Flag("num_workers", int, 2, minimum=0, default_text="2 (0: read in the training process)"),
+    Flag("steps", int, 50, minimum=1),
+    Flag("seed", int | None, 1000, default_text="1000 (null: the streaming seed 42)"),
+    Flag("log_freq", int, 0, minimum=0, default_text="0 (no periodic metrics log line)"),
+)
+
+_BY_NAME = {flag.name: flag for flag in (*DATASET_FLAGS, *STREAMING_FLAGS, *TRAINING_FLAGS)}
+
+
+def format_value(value: Any) -> str:
+    """``value`` as it is typed on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _options(kind: Any) -> tuple[Any, ...]:
+    is_union = isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
+    return typing.get_args(kind) if is_union else (kind,)
+
+
+def _is(value: Any, kind: Any) -> bool:
+    """``value`` (parsed JSON) has type ``kind``: ``int``, ``float``, ``str``, ``list[X]`` or ``dict[K, V]``."""
+    origin, args = typing.get_origin(kind) or kind, typing.get_args(kind)
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if not isinstance(value, origin):
+        return False
+    if origin is list and args:
+        return all(_is(item, args[0]) for item in value)
+    if origin is dict and args:
+        return all(_is(key, args[0]) and _is(item, args[1]) for key, item in value.items())
+    return True
 
 
 def parse_value(flag: str, text: str, kind: Any) -> Any:
-    """``text`` of ``flag`` converted to ``kind`` (a type or ``X | None``)."""
-    options = typing.get_args(kind) if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union else (kind,)
-    optional = type(None) in options
-    concrete = [o for o in options if o is not type(None)]
+    """``text`` of ``flag`` converted to ``kind`` (a type, ``list[X]``/``dict[K, V]`` as JSON, or ``X | None``)."""
+    options = _options(kind)
     if text.strip().lower() in ("null", "none", ""):
-        if optional:
+        if type(None) in options:
             return None
         raise ConfigError(f"{flag} cannot be null")
-    target = concrete[0] if concrete else str
+    target = next((o for o in options if o is not type(None)), str)
+    origin = typing.get_origin(target) or target
     try:
         if target is bool:
             lowered = text.strip().lower()
             if lowered not in ("true", "false", "1", "0"):
                 raise ValueError("expected true or false")
             return lowered in ("true", "1")
-        if target in (list, dict):
+        if origin in (list, dict):
             value = json.loads(text)
-            if not isinstance(value, target):
-                raise ValueError(f"expected a JSON {target.__name__}")
+            if not _is(value, target):
+                raise ValueError(f"expected JSON of type {target}")
             return value
         if target is int:
             return int(text)
@@ -67,37 +147,61 @@ def parse_value(flag: str, text: str, kind: Any) -> Any:
             return float(text)
         return target(text)
     except (ValueError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{flag}={text!r} is not a valid {getattr(target, '__name__', target)}: {exc}") from None
+        name = getattr(target, "__name__", target) if origin is target else target
+        raise ConfigError(f"{flag}={text!r} is not a valid {name}: {exc}") from None
 
 
-def _streaming_field_types() -> dict[str, Any]:
-    hints = typing.get_type_hints(StreamingConfig)
-    return {f.name: hints[f.name] for f in fields(StreamingConfig)}
+def _parse(flag: Flag, text: str) -> Any:
+    value = parse_value(flag.option, text, flag.kind)
+    if flag.minimum is not None and value is not None and not value >= flag.minimum:  # NaN too
+        raise ConfigError(f"{flag.option} must be >= {format_value(flag.minimum)}, got {text}")
+    return value
 
 
 def split_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
-    """Split ``argv`` into (dataset options, streaming options, training options, the rest)."""
-    streaming_types = _streaming_field_types()
-    dataset: dict[str, Any] = {}
-    streaming: dict[str, Any] = {}
-    training: dict[str, Any] = {}
+    """Split ``argv`` into (dataset options, streaming options, training options, the rest), in order.
+
+    Each dict holds only the flags given. ``--flag=value`` and ``--flag value`` are both read;
+    an unknown ``--dataset.*`` flag is a ConfigError listing the known ones.
+    """
+    parsed: dict[tuple[Flag, ...], dict[str, Any]] = {DATASET_FLAGS: {}, STREAMING_FLAGS: {}, TRAINING_FLAGS: {}}
     rest: list[str] = []
-    for token in argv:
-        if not token.startswith("--") or "=" not in token:
+    tokens = iter(argv)
+    for token in tokens:
+        name, has_value, text = token.removeprefix("--").partition("=")
+        flag = _BY_NAME.get(name) if token.startswith("--") else None
+        if flag is None:
+            if token.startswith("--" + DATASET_PREFIX):
+                known = ", ".join(sorted(f.option for f in (*DATASET_FLAGS, *STREAMING_FLAGS)))
+                raise ConfigError(f"unknown flag --{name}; the --dataset.* flags are: {known}")
             rest.append(token)
             continue
-        flag, text = token.split("=", 1)
-        if flag.startswith(DATASET_PREFIX):
-            name = flag[len(DATASET_PREFIX) :]
-            if name in streaming_types and name != "max_num_shards":
-                streaming[name] = parse_value(flag, text, streaming_types[name])
-            elif name in DATASET_FIELDS:
-                dataset[name] = parse_value(flag, text, DATASET_FIELDS[name])
-            else:
-                known = sorted([*DATASET_FIELDS, *(n for n in streaming_types if n != "max_num_shards")])
-                raise ConfigError(f"unknown flag {flag}; --dataset.* flags are: {', '.join(known)}")
-        elif flag[2:] in TRAINING_FIELDS:
-            training[flag[2:]] = parse_value(flag, text, TRAINING_FIELDS[flag[2:]])
-        else:
-            rest.append(token)
-    return dataset, streaming, training, rest
+        if not has_value:
+            following = next(tokens, None)
+            if following is None or following.startswith("--"):
+                raise ConfigError(f"{flag.option} needs a value: {flag.option}=VALUE or {flag.option} VALUE")
+            text = following
+        group = next(group for group in parsed if flag in group)
+        parsed[group][flag.key] = _parse(flag, text)
+    return parsed[DATASET_FLAGS], parsed[STREAMING_FLAGS], parsed[TRAINING_FLAGS], rest
+
+
+def with_defaults(given: dict[str, Any], flags: Sequence[Flag]) -> dict[str, Any]:
+    """``given`` completed with the default of every flag it does not set."""
+    return {flag.key: given.get(flag.key, flag.default) for flag in flags}
+
+
+def flags_help(groups: dict[str, Sequence[Flag]]) -> str:
+    """The ``--help`` lines of ``groups`` (title -> flags): each flag, its type and its default."""
+    width = max(len(flag.option) for flags in groups.values() for flag in flags)
+    lines = []
+    for title, flags in groups.items():
+        lines.append(f"{title}:")
+        lines += [f"  {f.option:<{width}}  {_type_name(f.kind):<5}  default: {f.describe_default()}" for f in flags]
+    return "\n".join(lines)
+
+
+def _type_name(kind: Any) -> str:
+    target = next(o for o in _options(kind) if o is not type(None))
+    origin = typing.get_origin(target) or target
+    return "JSON" if origin in (list, dict) else {bool: "BOOL", int: "INT", float: "FLOAT"}.get(target, "TEXT")

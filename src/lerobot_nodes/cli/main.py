@@ -12,10 +12,28 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 import torch
+
+from ..errors import ConfigError
+from .console import (
+    DEBUG_ENV,
+    DEBUG_FLAG,
+    ArgumentParser,
+    debug_requested,
+    exit_process,
+    run_reporting_errors,
+)
+
+PROG = "lerobot-nodes"
+COMMANDS = ("stream", "inspect", "demo")
+DEFAULT_COMMAND = "stream"
+FLAG_COMMANDS = ("stream", "inspect")
+"""Commands that take LeRobot-style flags (``--dataset.root=PATH``)."""
+INSPECT_FLAGS = ("root", "repo_id", "revision")
 
 
 def describe_value(value: Any) -> str:
@@ -52,16 +70,12 @@ def _act_window(root: Any) -> dict[str, list[float]]:
 
 
 def run_stream_command(args: argparse.Namespace) -> int:
-    from .flags import split_flags
     from .stream import run_stream
 
-    dataset, streaming, training, rest = split_flags(args.flags)
-    if rest:
-        raise SystemExit(f"lerobot-nodes stream: unknown arguments {rest}; flags look like --dataset.root=PATH")
     return run_stream(
-        dataset,
-        streaming,
-        training,
+        args.dataset,
+        args.streaming,
+        args.training,
         window=args.window,
         save_checkpoint=args.save_checkpoint,
         checkpoint_every=args.checkpoint_every,
@@ -75,14 +89,17 @@ def run_inspect(args: argparse.Namespace) -> int:
     from ..meta import load_meta
     from ..sources.resolve import open_source
     from ..testing import ensure_demo_dataset
-    from .flags import split_flags
 
-    dataset, _, _, _ = split_flags(args.flags)
-    root = dataset.get("root")
-    if root is None and dataset.get("repo_id") is None:
+    ignored = [f"--dataset.{name}" for name in (*args.dataset, *args.streaming) if name not in INSPECT_FLAGS]
+    ignored += [f"--{name}" for name in args.training]
+    if ignored:
+        known = ", ".join(f"--dataset.{name}" for name in INSPECT_FLAGS)
+        raise ConfigError(f"inspect does not take {', '.join(ignored)}; its flags are {known}")
+    root, repo_id = args.dataset.get("root"), args.dataset.get("repo_id")
+    if root is None and repo_id is None:
         root = str(ensure_demo_dataset())
     source = open_source(
-        root, repo_id=dataset.get("repo_id"), revision=dataset.get("revision"), repo_type=dataset.get("repo_type", "dataset")
+        root, repo_id=repo_id, revision=args.dataset.get("revision"), repo_type=args.dataset.get("repo_type", "dataset")
     )
     meta = load_meta(source)
     print(meta.summary())
@@ -111,49 +128,121 @@ def describe_sidecar(source: Any, meta: Any) -> str:
     return "\n".join(lines)
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value: int | None = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lerobot-nodes", description=__doc__)
-    commands = parser.add_subparsers(dest="command")
+    from .flags import DATASET_FLAGS, STREAMING_FLAGS, TRAINING_FLAGS, flags_help
+    from .stream import DEFAULT_WINDOW, WINDOWS, describe_window
+
+    debug = ArgumentParser(add_help=False)
+    debug.add_argument(
+        DEBUG_FLAG, action="store_true", help=f"print the full traceback of an error (or set {DEBUG_ENV}=1)"
+    )
+    parser = ArgumentParser(
+        prog=PROG,
+        description="Stream, inspect or sample a LeRobotDataset v3.0. With no command, or flags only, it runs "
+        "'stream'. Errors print as one line; --debug prints their traceback.",
+        parents=[debug],
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=ArgumentParser)
     stream = commands.add_parser(
         "stream",
+        parents=[debug],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         help="stream a dataset (default: the built-in demo) through StatefulDataLoader like training does",
-        description="Flags as LeRobot users type them: --dataset.root=PATH --dataset.repo_id=OWNER/NAME "
-        "--dataset.streaming_episode_pool_size=16 --batch_size=8 --num_workers=2 --steps=100 --seed=1000 ...",
+        usage=f"%(prog)s [--dataset.NAME VALUE ...] {' '.join(f'[{f.option} N]' for f in TRAINING_FLAGS)} [options]",
+        description="Stream a dataset through StatefulDataLoader as LeRobot training does and print the metrics\n"
+        "report. The --dataset.* and training flags below are typed as LeRobot users type them:\n"
+        "--flag=VALUE or --flag VALUE; null means unset, lists and dicts are JSON.",
+        epilog=flags_help(
+            {"dataset flags": DATASET_FLAGS, "streaming flags": STREAMING_FLAGS, "training flags": TRAINING_FLAGS}
+        ),
     )
-    stream.add_argument("flags", nargs="*", help="--dataset.*, --batch_size, --num_workers, --steps, --seed, --log_freq")
-    stream.add_argument("--window", choices=("none", "act", "diffusion"), default="act")
-    stream.add_argument("--save-checkpoint", default=None, help="save the loader state after the last step")
-    stream.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps")
-    stream.add_argument("--resume", default=None, help="continue from a checkpoint saved by --save-checkpoint")
-    stream.add_argument("--record", default=None, help="append the (episode, frame) of every sample to this file")
-    stream.add_argument("--quiet", action="store_true")
+    windows = "; ".join(f"{name}: {describe_window(name)}" for name in WINDOWS)
+    stream.add_argument(
+        "--window",
+        choices=WINDOWS,
+        default=DEFAULT_WINDOW,
+        help=f"the delta_timestamps used when --dataset.delta_timestamps is not given (default: {DEFAULT_WINDOW}); "
+        f"frames relative to the sampled one. {windows}",
+    )
+    stream.add_argument("--save-checkpoint", default=None, metavar="PATH", help="save the loader state after the last step")
+    stream.add_argument(
+        "--checkpoint-every", type=at_least(1), default=None, metavar="N",
+        help="also save every N steps (needs --save-checkpoint)",
+    )
+    stream.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint saved by --save-checkpoint")
+    stream.add_argument("--record", default=None, metavar="FILE", help="append the (episode, frame) of every sample to FILE")
+    stream.add_argument("--quiet", action="store_true", help="no summary, progress bar or report")
     stream.set_defaults(handler=run_stream_command)
-    inspect = commands.add_parser("inspect", help="summarise a dataset and its MP4 sidecar index")
-    inspect.add_argument("flags", nargs="*", help="--dataset.root=PATH or --dataset.repo_id=OWNER/NAME")
+    inspect = commands.add_parser(
+        "inspect",
+        parents=[debug],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="summarise a dataset and its MP4 sidecar index",
+        usage="%(prog)s [--dataset.root PATH | --dataset.repo_id OWNER/NAME] [--dataset.revision REV] [--debug]",
+        description="Summarise a dataset (default: the built-in demo) and its MP4 sidecar index.",
+        epilog=flags_help({"flags": [f for f in DATASET_FLAGS if f.key in INSPECT_FLAGS]}),
+    )
     inspect.set_defaults(handler=run_inspect)
-    demo = commands.add_parser("demo", help="read the built-in demo dataset and print samples")
+    demo = commands.add_parser(
+        "demo", parents=[debug], help="read the built-in demo dataset and print samples with the map-style reader"
+    )
     demo.add_argument("--root", default=None, help="a local LeRobot v3 dataset instead of the demo")
-    demo.add_argument("--samples", type=int, default=4)
+    demo.add_argument("--samples", type=at_least(1), default=4, help="samples to print (default 4)")
     demo.set_defaults(handler=run_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``lerobot-nodes`` and return its exit code; errors print as one line (see ``console``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(argv)
+    argv = [token for token in argv if token != DEBUG_FLAG]
+    if not argv or (argv[0].startswith("--") and argv[0] != "--help"):
+        argv = [DEFAULT_COMMAND, *argv]
+    if argv[0] in COMMANDS:
+        usage_hint = f"{PROG} {argv[0]} --help lists every flag"
+    else:
+        usage_hint = f"{PROG} --help lists the commands"
+    return run_reporting_errors(lambda: _run(argv), debug=debug, usage_hint=usage_hint)
+
+
+def _run(argv: list[str]) -> int:
     import logging
 
+    from .flags import split_flags
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0].startswith("--"):
-        argv = ["stream", *argv]
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        if args.command in ("stream", "inspect"):
-            args.flags = [*args.flags, *unknown]
-        else:
-            parser.error(f"unknown arguments {unknown}")
+    # torchdata's own deprecation notice, printed by every StatefulDataLoader: nothing a user can act on.
+    warnings.filterwarnings("ignore", message=".set_vital. is deprecated", category=UserWarning)
+    command, rest = argv[0], argv[1:]
+    flags: dict[str, Any] = {}
+    if command in FLAG_COMMANDS:
+        dataset, streaming, training, rest = split_flags(rest)
+        flags = {"dataset": dataset, "streaming": streaming, "training": training}
+    args = build_parser().parse_args([command, *rest])
+    vars(args).update(flags)
     return int(args.handler(args))
 
 
+def console_script() -> NoReturn:
+    """The ``lerobot-nodes`` console script: ``main`` with the command line, then a clean process exit."""
+    exit_process(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_script()

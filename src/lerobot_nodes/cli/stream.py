@@ -7,6 +7,7 @@ it to show exact resume. ``--record`` writes the (episode, frame) of every consu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -23,27 +24,46 @@ from ..errors import ConfigError
 from ..map_style import MapStyleLeRobotDataset
 from ..meta import load_meta
 from ..sources.resolve import open_source
+from .flags import DATASET_FLAGS, TRAINING_FLAGS, with_defaults
 
-WINDOWS = ("none", "act", "diffusion")
+EACH_CAMERA = "each camera"
+POLICY_WINDOWS: dict[str, dict[str, range]] = {
+    "act": {"action": range(0, 50), EACH_CAMERA: range(0, 1)},
+    "diffusion": {EACH_CAMERA: range(-1, 1), "observation.state": range(-1, 1), "action": range(-1, 15)},
+}
+"""Frame offsets of the benchmark policies' ``delta_timestamps`` (``observation.state`` only if the dataset has it)."""
+WINDOWS = ("none", *POLICY_WINDOWS)
+DEFAULT_WINDOW = "act"
 CHECKPOINT_VERSION = 1
 
 
 def policy_window(name: str, fps: int, video_keys: list[str], has_state: bool) -> dict[str, list[float]] | None:
-    """``delta_timestamps`` of the benchmark policies: ACT-like or diffusion-like."""
+    """``delta_timestamps`` of the benchmark policies: ACT-like or diffusion-like; ``none`` reads single frames."""
     if name == "none":
         return None
-    if name == "act":
-        window = {"action": [i / fps for i in range(50)]}
-        window.update({key: [0.0] for key in video_keys})
-        return window
-    if name == "diffusion":
-        observation = [-1 / fps, 0.0]
-        window = {key: list(observation) for key in video_keys}
-        if has_state:
-            window["observation.state"] = list(observation)
-        window["action"] = [i / fps for i in range(-1, 15)]
-        return window
-    raise ConfigError(f"--window must be one of {', '.join(WINDOWS)}, got {name!r}")
+    if name not in POLICY_WINDOWS:
+        raise ConfigError(f"--window must be one of {', '.join(WINDOWS)}, got {name!r}")
+    window = {}
+    for key, offsets in POLICY_WINDOWS[name].items():
+        if key == EACH_CAMERA:
+            keys = video_keys
+        elif key == "observation.state" and not has_state:
+            keys = []
+        else:
+            keys = [key]
+        window.update({k: [i / fps for i in offsets] for k in keys})
+    return window
+
+
+def describe_window(name: str) -> str:
+    """``name``'s window in words, for ``--help``: ``action at frames +0..+49, each camera at frame +0``."""
+    if name == "none":
+        return "single frames, no window"
+    parts = []
+    for key, offsets in POLICY_WINDOWS[name].items():
+        span = f"frame {offsets[0]:+d}" if len(offsets) == 1 else f"frames {offsets[0]:+d}..{offsets[-1]:+d}"
+        parts.append(f"{key} at {span}")
+    return ", ".join(parts)
 
 
 def describe_batch(batch: dict[str, Any]) -> str:
@@ -74,50 +94,72 @@ def _atomic_save(payload: Any, path: Path) -> None:
 def run_stream(
     dataset_options: dict[str, Any],
     streaming_options: dict[str, Any],
-    training: dict[str, Any],
+    training_options: dict[str, Any],
     *,
-    window: str = "act",
+    window: str = DEFAULT_WINDOW,
     save_checkpoint: str | None = None,
-    checkpoint_every: int = 0,
+    checkpoint_every: int | None = None,
     resume: str | None = None,
     record: str | None = None,
     quiet: bool = False,
 ) -> int:
+    """Stream ``training_options["steps"]`` batches; the option dicts hold the flags given (see ``flags``)."""
     from ..testing import ensure_demo_dataset
 
-    batch_size = int(training.get("batch_size", 8))
-    num_workers = int(training.get("num_workers", 2))
-    steps = int(training.get("steps", 50))
-    seed = training.get("seed", 1000)
-    log_freq = int(training.get("log_freq", 0))
-    root = dataset_options.get("root")
-    repo_id = dataset_options.get("repo_id")
+    if checkpoint_every is not None and not save_checkpoint:
+        raise ConfigError("--checkpoint-every needs --save-checkpoint=PATH: the file the checkpoints are saved to")
+    config = StreamingConfig(**streaming_options)
+    options = with_defaults(dataset_options, DATASET_FLAGS)
+    training = with_defaults(training_options, TRAINING_FLAGS)
+    batch_size, num_workers, steps = training["batch_size"], training["num_workers"], training["steps"]
+    root, repo_id = options["root"], options["repo_id"]
     if root is None and repo_id is None:
         root = str(ensure_demo_dataset())
-    source = open_source(
-        root, repo_id=repo_id, revision=dataset_options.get("revision"), repo_type=dataset_options.get("repo_type", "dataset")
-    )
-    delta_timestamps = dataset_options.get("delta_timestamps")
+    source = open_source(root, repo_id=repo_id, revision=options["revision"], repo_type=options["repo_type"])
+    delta_timestamps = options["delta_timestamps"]
     if delta_timestamps is None:
         meta = load_meta(source)
         delta_timestamps = policy_window(window, meta.fps, meta.video_keys, "observation.state" in meta.features)
     common = {
         "root": source,
         "repo_id": repo_id,
-        "episodes": dataset_options.get("episodes"),
+        "episodes": options["episodes"],
         "delta_timestamps": delta_timestamps,
-        "tolerance_s": dataset_options.get("tolerance_s", 1e-4),
-        "return_uint8": dataset_options.get("return_uint8", True),
+        "tolerance_s": options["tolerance_s"],
+        "return_uint8": options["return_uint8"],
     }
-    if not dataset_options.get("streaming", True):
+    if not options["streaming"]:
         return _run_map_style(common, batch_size, num_workers, steps, quiet)
 
-    checkpoint = torch.load(resume, weights_only=False) if resume else None
-    if checkpoint is not None and "seed" in checkpoint and "seed" not in training:
+    checkpoint = _load_checkpoint(resume) if resume else None
+    seed = training["seed"]
+    if checkpoint is not None and "seed" in checkpoint and "seed" not in training_options:
         seed = checkpoint["seed"]
     dataset = StreamingLeRobotDataset(
-        **common, seed=seed, max_num_shards=max(1, num_workers), config=StreamingConfig(**streaming_options)
+        **common, seed=seed, max_num_shards=max(1, num_workers), config=config
     )
+    try:
+        _stream_steps(
+            dataset, batch_size, num_workers, steps, training["log_freq"], checkpoint, save_checkpoint,
+            checkpoint_every, record, quiet,
+        )
+    finally:
+        dataset.counters.close()
+    return 0
+
+
+def _stream_steps(
+    dataset: StreamingLeRobotDataset,
+    batch_size: int,
+    num_workers: int,
+    steps: int,
+    log_freq: int,
+    checkpoint: dict[str, Any] | None,
+    save_checkpoint: str | None,
+    checkpoint_every: int | None,
+    record: str | None,
+    quiet: bool,
+) -> None:
     loader = streaming_dataloader(dataset, batch_size=batch_size, num_workers=num_workers)
     num_workers = loader.num_workers
     start_step = 0
@@ -129,10 +171,12 @@ def run_stream(
             f"streaming {len(dataset.episodes)} episodes, {dataset.num_frames} frames: batch_size={batch_size} "
             f"num_workers={num_workers} seed={dataset.seed} steps={start_step}..{steps}"
         )
-    recorder = open(record, "a") if record else None  # noqa: SIM115 - closed in finally
     step = start_step
-    try:
-        progress = tqdm(total=steps, initial=start_step, disable=quiet, unit="batch", dynamic_ncols=True)
+    # Both close on an error too, so the error line starts on a line of its own.
+    with (
+        open(record, "a") if record else contextlib.nullcontext() as recorder,
+        tqdm(total=steps, initial=start_step, disable=quiet, unit="batch", dynamic_ncols=True) as progress,
+    ):
         while step < steps:
             for batch in dataset.metrics.timed(loader, batch_samples):
                 step += 1
@@ -151,15 +195,21 @@ def run_stream(
                     _save(save_checkpoint, loader, dataset, step, batch_size, num_workers)
                 if step >= steps:
                     break
-        progress.close()
-    finally:
-        if recorder is not None:
-            recorder.close()
     if not quiet:
         print("end of run:")
         print(dataset.metrics.report().table())
-    dataset.counters.close()
-    return 0
+
+
+def _load_checkpoint(path: str) -> dict[str, Any]:
+    try:
+        checkpoint = torch.load(path, weights_only=False)
+    except OSError:  # missing or unreadable: reported as it is
+        raise
+    except Exception as exc:  # torch.load fails in many ways on a file that is not one of its archives
+        raise ConfigError(f"--resume={path} is not a checkpoint saved by --save-checkpoint: {exc}") from exc
+    if not isinstance(checkpoint, dict) or "step" not in checkpoint:
+        raise ConfigError(f"--resume={path} is not a checkpoint saved by --save-checkpoint: it has no 'step'")
+    return checkpoint
 
 
 def _save(path: str, loader: Any, dataset: StreamingLeRobotDataset, step: int, batch_size: int, num_workers: int) -> None:

@@ -13,22 +13,28 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from ..errors import LeRobotNodesError
+from ..cli.console import (
+    DEBUG_ENV,
+    DEBUG_FLAG,
+    ArgumentParser,
+    debug_requested,
+    error_message,
+    run_reporting_errors,
+)
+from ..errors import ConfigError, LeRobotNodesError
 from ..sources.resolve import open_source
 from .builder import build_archive
-from .errors import PublishNotSupportedError
+from .errors import PublishNotSupportedError, SidecarError
 from .publish import check_publishable, publish_archive
 
 log = logging.getLogger("lerobot_nodes.sidecar")
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+PROG = "lerobot-build-mp4-sidecar"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="lerobot-build-mp4-sidecar",
+    parser = ArgumentParser(
+        prog=PROG,
         description="Index every MP4 of a LeRobotDataset v3.0 into a sidecar archive (schema v3). "
         "The output is replaced atomically, only by a complete, verified archive.",
     )
@@ -46,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--push", action="store_true", help="publish the verified archive (dataset repo branch "
                         "'lerobot-sidecars', or meta/mp4-sidecars/ of a bucket)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no log lines, only the summary")
+    parser.add_argument(DEBUG_FLAG, action="store_true", help=f"print the full traceback of an error (or set {DEBUG_ENV}=1)")
     return parser
 
 
@@ -55,7 +62,7 @@ def _episodes(value: str | None) -> list[int] | None:
     try:
         return [int(part) for part in value.split(",") if part.strip()]
     except ValueError:
-        raise SystemExit(f"lerobot-build-mp4-sidecar: --episodes must be comma-separated integers, got {value!r}") from None
+        raise ConfigError(f"--episodes must be comma-separated integers, got {value!r}") from None
 
 
 def _configure_logging(quiet: bool) -> None:
@@ -75,17 +82,26 @@ def _check_push(args: argparse.Namespace, episodes: list[int] | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command and return its exit code: 0 built, 1 build failed, 2 usage error."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_reporting_errors(
+        lambda: _build(argv),
+        debug=debug_requested(argv),
+        usage_hint=f"{PROG} --help lists every flag",
+        usage_errors=(ConfigError, PublishNotSupportedError),
+    )
+
+
+def _build(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     episodes = _episodes(args.episodes)
     if args.workers < 1:
-        print(f"lerobot-build-mp4-sidecar: --workers must be >= 1, got {args.workers}", file=sys.stderr)
-        return EXIT_USAGE
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.data_root is None and args.repo_id is None:
-        print("lerobot-build-mp4-sidecar: give --data-root or --repo-id", file=sys.stderr)
-        return EXIT_USAGE
+        raise ConfigError("give --data-root or --repo-id")
     _configure_logging(args.quiet)
+    _check_push(args, episodes)
     try:
-        _check_push(args, episodes)
         source = open_source(args.data_root, repo_id=args.repo_id, revision=args.revision)
         if args.push:
             check_publishable(source)
@@ -98,22 +114,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             workers=args.workers,
             show_progress=False if args.quiet else None,
         )
-    except PublishNotSupportedError as error:
-        print(f"lerobot-build-mp4-sidecar: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    except PublishNotSupportedError:
+        raise
     except (LeRobotNodesError, OSError, ValueError) as error:
-        print(f"lerobot-build-mp4-sidecar: build failed, {args.output} was left as it was: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        raise SidecarError(f"build failed, {args.output} was left as it was: {error_message(error)}") from error
     print(summary.describe())
     if args.push:
         try:
             where = publish_archive(source, args.output)
-        except PublishNotSupportedError as error:
-            print(f"lerobot-build-mp4-sidecar: {error}", file=sys.stderr)
-            return EXIT_USAGE
         except (LeRobotNodesError, OSError) as error:
-            print(f"lerobot-build-mp4-sidecar: publishing failed (the verified archive stays at {args.output}): {error}",
-                  file=sys.stderr)
-            return EXIT_FAILED
+            raise SidecarError(
+                f"publishing failed (the verified archive stays at {args.output}): {error_message(error)}"
+            ) from error
         print(f"published {where}")
-    return EXIT_OK
+    return 0

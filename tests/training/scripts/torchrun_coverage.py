@@ -10,11 +10,12 @@ import sys
 
 import torch.distributed as dist
 
+from lerobot_nodes.cli.console import exit_process
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.dataset import StreamingLeRobotDataset, streaming_dataloader
 
 
-def main() -> None:
+def main() -> int:
     root, strategy, output = sys.argv[1:4]
     dist.init_process_group("gloo")
     config = StreamingConfig(streaming_sampling_strategy=strategy, streaming_episode_pool_size=2)
@@ -28,7 +29,9 @@ def main() -> None:
         with open(output, "w") as stream:
             json.dump(gathered, stream)
     dist.destroy_process_group()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    # Like the console scripts: skip the interpreter teardown where pyarrow can abort (exit 134).
+    exit_process(main)
