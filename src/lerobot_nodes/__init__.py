@@ -6,24 +6,28 @@ from ._version import __version__ as __version__
 from .config import StreamingConfig
 from .dataset import StreamingLeRobotDataset, streaming_dataloader
 from .errors import (
+    ByteBudgetError,
     ConfigError,
+    EpisodeFetchError,
+    FetchCancelled,
     FrameTimestampError,
+    GraphFailedError,
     LeRobotNodesError,
     MetadataError,
+    PublishNotSupportedError,
+    SidecarError,
+    SidecarFormatError,
+    SidecarLockTimeoutError,
     SourceAuthError,
     SourceError,
     SourceFileNotFoundError,
     SourceUnavailableError,
     UnsupportedVersionError,
+    VideoDecodeError,
     VideoIndexError,
 )
 from .map_style import MapStyleLeRobotDataset
 from .meta import DatasetMeta, load_meta, select_episodes
-from .mp4.decode import VideoDecodeError
-from .nodes.byte_cache import ByteBudgetError
-from .nodes.episode_fetch import EpisodeFetchError
-from .nodes.ordered_buffer import GraphFailedError
-from .sidecar.errors import SidecarError, SidecarLockTimeoutError
 from .sources import ByteSource, FsspecSource, HubBucketSource, HubRepoSource, LocalSource, open_source
 
 __all__ = [
@@ -32,6 +36,7 @@ __all__ = [
     "ConfigError",
     "DatasetMeta",
     "EpisodeFetchError",
+    "FetchCancelled",
     "FsspecSource",
     "FrameTimestampError",
     "GraphFailedError",
@@ -41,7 +46,9 @@ __all__ = [
     "LocalSource",
     "MapStyleLeRobotDataset",
     "MetadataError",
+    "PublishNotSupportedError",
     "SidecarError",
+    "SidecarFormatError",
     "SidecarLockTimeoutError",
     "SourceAuthError",
     "SourceError",

@@ -47,3 +47,39 @@ class FrameTimestampError(LeRobotNodesError, ValueError):
 
 class ConfigError(LeRobotNodesError, ValueError):
     """An option has an impossible value."""
+
+
+class GraphFailedError(LeRobotNodesError):
+    """The graph already raised an error; it must be reset before it yields again."""
+
+
+class ByteBudgetError(LeRobotNodesError):
+    """An episode's payload cannot fit in the per-rank byte budget."""
+
+
+class FetchCancelled(LeRobotNodesError):
+    """A wait on an episode payload ended because the graph was reset or closed."""
+
+
+class EpisodeFetchError(LeRobotNodesError):
+    """Fetching or decoding the payload of an episode failed; names the episode, file and ranges."""
+
+
+class VideoDecodeError(LeRobotNodesError, RuntimeError):
+    """A clip's samples could not be decoded into the frames its tables promise."""
+
+
+class SidecarError(LeRobotNodesError):
+    """A sidecar archive or derived index cannot be built, read or used."""
+
+
+class SidecarFormatError(SidecarError, ValueError):
+    """An archive or derived index file is malformed, truncated or of an unknown layout."""
+
+
+class SidecarLockTimeoutError(SidecarError, TimeoutError):
+    """Another process held a sidecar lock longer than the lock timeout."""
+
+
+class PublishNotSupportedError(SidecarError):
+    """Publishing a sidecar (``--push``) was asked for but is not possible here."""

@@ -13,8 +13,7 @@ import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
 from lerobot_nodes.cli.console import error_message
-from lerobot_nodes.errors import MetadataError, SourceFileNotFoundError
-from lerobot_nodes.mp4.decode import VideoDecodeError
+from lerobot_nodes.errors import MetadataError, SourceFileNotFoundError, VideoDecodeError
 
 from .cli_process import assert_one_line_error, run_cli
 

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from lerobot_nodes.nodes import ByteBudget, ByteBudgetError, EpisodeByteCache, FetchCancelled
+from lerobot_nodes.errors import ByteBudgetError, FetchCancelled
+from lerobot_nodes.nodes import ByteBudget, EpisodeByteCache
 
 
 def test_reservations_follow_the_budget_rule():

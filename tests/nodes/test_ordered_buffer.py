@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from torchdata.nodes import BaseNode
 
-from lerobot_nodes.nodes import GraphFailedError, OrderedBuffer, PendingSample, ScheduleItem
+from lerobot_nodes.errors import GraphFailedError
+from lerobot_nodes.nodes import OrderedBuffer, PendingSample, ScheduleItem
 
 
 class ShuffledFinish(BaseNode[PendingSample]):

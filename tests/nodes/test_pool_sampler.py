@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lerobot_nodes.errors import ConfigError
-from lerobot_nodes.nodes import ByteBudget, ByteBudgetError, max_workers_for_rank
+from lerobot_nodes.errors import ByteBudgetError, ConfigError
+from lerobot_nodes.nodes import ByteBudget, max_workers_for_rank
 
 from .helpers import make_sampler, pairs
 

@@ -9,7 +9,8 @@ from collections import deque
 
 import pytest
 
-from lerobot_nodes.nodes import ByteBudget, ByteBudgetError, BytePrefetcher, EpisodePayload, FetchCancelled
+from lerobot_nodes.errors import ByteBudgetError, FetchCancelled
+from lerobot_nodes.nodes import ByteBudget, BytePrefetcher, EpisodePayload
 
 from .helpers import lerobot_threads, make_sampler, wait_until
 

@@ -9,15 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lerobot_nodes.errors import SidecarFormatError
 from lerobot_nodes.meta import load_meta
 from lerobot_nodes.mp4.index import read_index_from_source
-from lerobot_nodes.sidecar import (
-    SCHEMA_DOC,
-    SCHEMA_VERSION,
-    SidecarArchive,
-    SidecarFormatError,
-    build_archive,
-)
+from lerobot_nodes.sidecar import SCHEMA_DOC, SCHEMA_VERSION, SidecarArchive, build_archive
 from lerobot_nodes.sidecar.schema import SourceIdentity
 from lerobot_nodes.sources import FileInfo, LocalSource
 

@@ -47,8 +47,9 @@ a clip's samples do not decode.
 
 from __future__ import annotations
 
+from ..errors import VideoDecodeError
 from .clip import ClipOrigin, materialize_clip, read_clip
-from .decode import ClipDecoder, VideoDecodeError, decode_clip
+from .decode import ClipDecoder, decode_clip
 from .index import VideoIndex, read_index, read_index_from_bytes, read_index_from_source
 from .plan import ClipPlan, plan_clip
 

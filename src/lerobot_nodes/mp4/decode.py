@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from av.video.codeccontext import VideoCodecContext
 
-from ..errors import LeRobotNodesError, VideoIndexError
+from ..errors import VideoDecodeError, VideoIndexError
 from ..file_video import tolerance_error
 from .clip import ClipOrigin, materialize_clip, read_clip
 from .plan import ClipPlan
@@ -34,10 +34,6 @@ from .plan import ClipPlan
 DEFAULT_FRAME_CACHE_SIZE = 4
 """Decoded frames a :class:`ClipDecoder` keeps for repeated or overlapping queries: enough for
 key-frame-aligned anchor pairs with a one-frame history window; each costs a full YUV frame."""
-
-
-class VideoDecodeError(LeRobotNodesError, RuntimeError):
-    """A clip's samples could not be decoded into the frames its tables promise."""
 
 
 def decoder_name(codec: str) -> str:

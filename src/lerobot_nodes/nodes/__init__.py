@@ -11,11 +11,11 @@
 
 from __future__ import annotations
 
-from .byte_cache import ByteBudget, ByteBudgetError, ByteCacheStats, EpisodeByteCache, FetchCancelled
+from ..errors import ByteBudgetError, EpisodeFetchError, FetchCancelled, GraphFailedError
+from .byte_cache import ByteBudget, ByteCacheStats, EpisodeByteCache
 from .decode_mapper import DecodeMapper, DecoderLRU, PendingSample, SampleAssembler, apply_image_transforms
 from .episode_fetch import (
     EpisodeFetcher,
-    EpisodeFetchError,
     EpisodePayload,
     VideoIndexProvider,
     default_index_provider,
@@ -23,7 +23,7 @@ from .episode_fetch import (
 )
 from .graph import StreamingGraph, build_streaming_graph
 from .metrics_sink import MetricsSink, NullMetrics
-from .ordered_buffer import GraphFailedError, OrderedBuffer
+from .ordered_buffer import OrderedBuffer
 from .pool_sampler import EpisodePoolSampler, ScheduleItem, frame_order
 from .prefetcher import BytePrefetcher, SampleTask
 from .sharder import (

@@ -19,17 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import LeRobotNodesError
+from ..errors import ByteBudgetError, FetchCancelled
 
 _GB = 1_000_000_000
-
-
-class ByteBudgetError(LeRobotNodesError):
-    """An episode's payload cannot fit in the per-rank byte budget."""
-
-
-class FetchCancelled(LeRobotNodesError):
-    """A wait on an episode payload ended because the graph was reset or closed."""
 
 
 def _gb(nbytes: int) -> str:

@@ -17,17 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..episode_data import EpisodeData
-from ..errors import LeRobotNodesError
+from ..errors import EpisodeFetchError, LeRobotNodesError
 from ..meta import DatasetMeta
 from ..mp4.index import VideoIndex
 from ..mp4.plan import plan_clip
 from ..parquet import EpisodeRowsPlan, EpisodeTableReader
 from ..sources import ByteRange, ByteSource
-
-
-class EpisodeFetchError(LeRobotNodesError):
-    """Fetching or decoding the payload of an episode failed; names the episode, file and ranges."""
-
 
 VideoIndexProvider = Callable[[Sequence[str]], Mapping[str, VideoIndex]]
 """``video paths -> {path: index}``: opens the indexes of the given video files."""

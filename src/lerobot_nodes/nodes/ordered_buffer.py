@@ -16,12 +16,8 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from ..errors import LeRobotNodesError
+from ..errors import GraphFailedError
 from .decode_mapper import PendingSample
-
-
-class GraphFailedError(LeRobotNodesError):
-    """The graph already raised an error; it must be reset before it yields again."""
 
 
 @dataclass

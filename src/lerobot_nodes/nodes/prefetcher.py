@@ -21,7 +21,8 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from .byte_cache import EpisodeByteCache, FetchCancelled
+from ..errors import FetchCancelled
+from .byte_cache import EpisodeByteCache
 from .episode_fetch import EpisodePayload
 from .metrics_sink import MetricsSink, NullMetrics
 from .pool_sampler import EpisodePoolSampler, ScheduleItem

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from ..errors import PublishNotSupportedError, SidecarError, SidecarFormatError, SidecarLockTimeoutError
 from .builder import BuildSummary, build_archive
 from .cache import (
     DEFAULT_LOCK_TIMEOUT_S,
@@ -18,7 +19,6 @@ from .cache import (
     open_video_indexes,
 )
 from .derived import DERIVED_GENERATION, MappedRecord, MappedVideoIndex, smallest_exact_dtype
-from .errors import PublishNotSupportedError, SidecarError, SidecarFormatError, SidecarLockTimeoutError
 from .schema import SCHEMA_DOC, SCHEMA_VERSION, SidecarArchive, SourceIdentity
 
 __all__ = [

@@ -21,10 +21,10 @@ import numpy as np
 from tqdm import tqdm
 
 from ..atomic import atomic_write, remove_dead_partials
+from ..errors import SidecarError, SidecarFormatError
 from ..meta import load_meta, select_episodes
 from ..mp4.index import INDEX_FORMAT_VERSION, VideoIndex, read_index_from_source
 from ..sources import ByteSource
-from .errors import SidecarError, SidecarFormatError
 from .schema import ArchiveWriter, SidecarArchive, SourceIdentity
 
 log = logging.getLogger("lerobot_nodes.sidecar")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import atomic_write, remove_dead_partials
+from ..errors import SidecarFormatError
 from ..home import lerobot_home
 from ..meta import DatasetMeta
 from ..mp4.index import INDEX_FORMAT_VERSION, VideoIndex
@@ -37,7 +38,6 @@ from ..sources import ByteSource
 from ..sources.source_file import open_buffered
 from .builder import BuildProgress, IndexParser, current_identities, iter_parsed, parse_video_index
 from .derived import DERIVED_GENERATION, MappedRecord, MappedVideoIndex, write_record
-from .errors import SidecarFormatError
 from .locking import BuildLock
 from .schema import PUBLISHED_DIR, SCHEMA_VERSION, SidecarArchive, SourceIdentity
 

@@ -21,10 +21,9 @@ from ..cli.console import (
     error_message,
     run_reporting_errors,
 )
-from ..errors import ConfigError, LeRobotNodesError
+from ..errors import ConfigError, LeRobotNodesError, PublishNotSupportedError, SidecarError
 from ..sources.resolve import open_source
 from .builder import build_archive
-from .errors import PublishNotSupportedError, SidecarError
 from .publish import check_publishable, publish_archive
 
 log = logging.getLogger("lerobot_nodes.sidecar")

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_write
+from ..errors import SidecarFormatError
 from ..mp4.index import VideoIndex
-from .errors import SidecarFormatError
 from .schema import SourceIdentity
 
 DERIVED_GENERATION = 1

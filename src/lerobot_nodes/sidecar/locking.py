@@ -13,7 +13,7 @@ from types import TracebackType
 from filelock import FileLock, Timeout
 
 from ..atomic import atomic_write
-from .errors import SidecarLockTimeoutError
+from ..errors import SidecarLockTimeoutError
 
 log = logging.getLogger("lerobot_nodes.sidecar")
 

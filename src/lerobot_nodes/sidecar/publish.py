@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import PublishNotSupportedError
 from ..sources import ByteSource, HubBucketSource, HubRepoSource
 from ..sources.hub import PUBLISHED_SIDECAR_BRANCH, hf_api, hub_errors
-from .errors import PublishNotSupportedError
 from .schema import PUBLISHED_DIR
 
 

@@ -20,8 +20,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..errors import SidecarFormatError
 from ..sources import FileInfo
-from .errors import SidecarFormatError
 
 SCHEMA_VERSION = 3
 ARCHIVE_FORMAT = "lerobot-mp4-sidecar"
