@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lerobot_nodes.graphs import round_robin_graph, streaming_graph, weighted_mix_graph
+from lerobot_nodes.graphs.weighted_mix import DATASET_KEY
 from torchdata.nodes import Loader
 
-from graphs import round_robin_graph, streaming_graph, weighted_mix_graph
-from graphs.weighted_mix import DATASET_KEY
 from lerobot_nodes import MapStyleLeRobotDataset
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.testing import write_dataset
