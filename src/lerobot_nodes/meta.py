@@ -13,7 +13,7 @@ import json
 import re
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -73,7 +73,6 @@ class DatasetMeta:
     tasks: list[str]
     stats: dict[str, dict[str, np.ndarray]] | None
     repo_id: str | None = None
-    _data_file_cache: dict[int, str] = field(default_factory=dict, repr=False)
 
     # -- info.json fields ------------------------------------------------------------
     @property
@@ -145,14 +144,6 @@ class DatasetMeta:
     def episode_bounds(self, episode: int) -> tuple[int, int]:
         """Global ``index`` range ``[from, to)`` of ``episode``'s frames."""
         return int(self.episodes.dataset_from_index[episode]), int(self.episodes.dataset_to_index[episode])
-
-    def task(self, task_index: int) -> str:
-        try:
-            return self.tasks[task_index]
-        except IndexError:
-            raise MetadataError(
-                f"task_index {task_index} is not in {TASKS_PATH} ({len(self.tasks)} tasks)"
-            ) from None
 
     def data_files(self, episodes: Iterable[int] | None = None) -> list[str]:
         """Sorted distinct data files of ``episodes`` (all episodes when ``None``)."""
