@@ -12,6 +12,7 @@ from torchdata.nodes import BaseNode
 
 from lerobot_nodes.errors import GraphFailedError
 from lerobot_nodes.nodes import OrderedBuffer, PendingSample, ScheduleItem
+from lerobot_nodes.testing.resume_contract import assert_resumes_exactly
 
 
 class ShuffledFinish(BaseNode[PendingSample]):
@@ -96,3 +97,13 @@ def test_a_source_error_comes_after_the_samples_pulled_before_it():
         next(buffer)
     with pytest.raises(GraphFailedError):
         next(buffer)
+
+
+@pytest.mark.timeout(60)
+def test_ordered_buffer_keeps_the_resume_contract():
+    assert_resumes_exactly(
+        lambda: OrderedBuffer(ShuffledFinish(30, seed=3), max_ahead=5),
+        cuts=[0, 1, 11, 29, 30],
+        consume=lambda sample: sample["i"],
+        close=lambda node: node.close(),
+    )

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from lerobot_nodes.errors import ByteBudgetError, ConfigError
 from lerobot_nodes.nodes import ByteBudget, max_workers_for_rank
+from lerobot_nodes.testing.resume_contract import assert_resumes_exactly
 
 from .helpers import make_sampler, pairs
 
@@ -193,3 +194,13 @@ def test_random_cut_points_on_a_larger_schedule():
             resumed = make_sampler(episodes, lengths, pool_size=16, strategy=strategy, seed=9)
             resumed.reset(state)
             assert pairs(list(resumed)) == full[cut:]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_pool_sampler_keeps_the_resume_contract(strategy):
+    episodes, lengths = list(range(6)), [4, 7, 3, 9, 5, 6]
+    assert_resumes_exactly(
+        lambda: make_sampler(episodes, lengths, pool_size=3, strategy=strategy, seed=8),
+        cuts=[0, 1, 5, 17, 33, 34],
+        consume=lambda item: (item.episode, item.frame),
+    )

@@ -11,6 +11,7 @@ import pytest
 
 from lerobot_nodes.errors import ByteBudgetError, FetchCancelled
 from lerobot_nodes.nodes import ByteBudget, BytePrefetcher, EpisodePayload
+from lerobot_nodes.testing.resume_contract import assert_resumes_exactly
 
 from .helpers import lerobot_threads, make_sampler, wait_until
 
@@ -156,24 +157,17 @@ def test_reset_and_close_join_fetch_threads_and_cancel_waits():
     assert not any(name.startswith("lerobot-nodes-fetch") for name in lerobot_threads())
 
 
-@pytest.mark.timeout(30)
-def test_prefetcher_state_is_the_sampler_state_and_resumes_exactly():
-    sampler = make_sampler(list(range(8)), [3] * 8, pool_size=2, seed=5)
-    prefetcher = BytePrefetcher(sampler, FakeFetch(), prefetch_episodes=2)
-    full = [(i.episode, i.frame) for i in drive(prefetcher, window=4)]
-    prefetcher.reset()
-    prefetcher.reset(None)  # epoch 2 (epoch 1 never started)
-    for cut in (0, 5, 13, 24):
-        run = BytePrefetcher(make_sampler(list(range(8)), [3] * 8, pool_size=2, seed=5), FakeFetch(), prefetch_episodes=2)
-        run.reset()
-        head = [next(run) for _ in range(cut)]
-        for task in head:
-            task.done()
-        state = run.state_dict()
-        run.close()
-        resumed = BytePrefetcher(make_sampler(list(range(8)), [3] * 8, pool_size=2, seed=5), FakeFetch(), prefetch_episodes=2)
-        resumed.reset(state)
-        rest = [(i.episode, i.frame) for i in drive(resumed, window=4)]
-        assert [(t.item.episode, t.item.frame) for t in head] + rest == full
-        resumed.close()
-    prefetcher.close()
+@pytest.mark.timeout(60)
+def test_prefetcher_keeps_the_resume_contract():
+    """Its state is the sampler's: payloads fetched ahead are fetched again after a restore."""
+    def consume(task):
+        task.wait_payload(threading.Event())
+        task.done()
+        return (task.item.episode, task.item.frame)
+
+    assert_resumes_exactly(
+        lambda: BytePrefetcher(make_sampler(list(range(8)), [3] * 8, pool_size=2, seed=5), FakeFetch(), prefetch_episodes=2),
+        cuts=[0, 5, 13, 24],
+        consume=consume,
+        close=lambda node: node.close(),
+    )

@@ -13,6 +13,7 @@ from lerobot_nodes.nodes import (
     max_workers_for_rank,
     worker_episodes,
 )
+from lerobot_nodes.testing.resume_contract import assert_resumes_exactly
 
 lengths_strategy = st.lists(st.integers(1, 500), min_size=1, max_size=60)
 
@@ -102,3 +103,12 @@ def test_restoring_with_another_topology_is_refused():
     other = RankWorkerSharder(list(range(6)), [3] * 6, num_workers=3)
     with pytest.raises(ConfigError, match="resume with the same world size, --num_workers"):
         other.reset(state)
+
+
+@pytest.mark.parametrize("num_workers", [1, 3])
+def test_sharder_keeps_the_resume_contract(num_workers):
+    lengths = [3, 9, 4, 7, 2, 8, 5]
+    assert_resumes_exactly(
+        lambda: RankWorkerSharder(list(range(7)), lengths, worker_id=num_workers - 1, num_workers=num_workers, seed=4),
+        cuts=range(0, 8),
+    )
