@@ -18,7 +18,6 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
@@ -388,14 +387,3 @@ def worker_context() -> multiprocessing.context.BaseContext:
         context.set_forkserver_preload(["lerobot_nodes.dataset"])
         return context
     return multiprocessing.get_context("spawn")
-
-
-def batch_samples(batch: Any) -> int:
-    """Samples in a collated batch (for metrics)."""
-    if isinstance(batch, dict):
-        for value in batch.values():
-            if isinstance(value, torch.Tensor):
-                return int(value.shape[0])
-            if isinstance(value, list):
-                return len(value)
-    return 0

@@ -125,6 +125,17 @@ class WorkerMetrics:
         self.counters.add(self.row, name, value)
 
 
+def collated_batch_size(batch: Any) -> int:
+    """Samples in a batch collated from dicts: the length of its first tensor or list."""
+    if isinstance(batch, dict):
+        for value in batch.values():
+            if hasattr(value, "shape") and len(value.shape):
+                return int(value.shape[0])
+            if isinstance(value, list):
+                return len(value)
+    return 0
+
+
 def percentiles(values: Iterable[float], points: Iterable[float] = (50, 95, 99)) -> dict[str, float]:
     array = np.fromiter(values, dtype=np.float64)
     if array.size == 0:
@@ -205,7 +216,10 @@ class StreamingMetrics:
         self._last_log = self._started
 
     def timed(self, batches: Iterable[T], batch_size_of=None) -> Iterator[T]:  # type: ignore[no-untyped-def]
-        """Yield from ``batches``, recording how long each ``next()`` waited."""
+        """Yield from ``batches``, recording how long each ``next()`` waited and how many samples
+        reached the training loop (``batch_size_of(batch)``, by default the length of a collated
+        batch), so the report counts delivered samples, not samples workers decoded ahead."""
+        batch_size_of = batch_size_of or collated_batch_size
         iterator = iter(batches)
         if not self.batch_waits:
             self._started = time.perf_counter()
@@ -215,7 +229,7 @@ class StreamingMetrics:
                 batch = next(iterator)
             except StopIteration:
                 return
-            self.record_batch(time.perf_counter() - started, batch_size_of(batch) if batch_size_of else 0)
+            self.record_batch(time.perf_counter() - started, batch_size_of(batch))
             yield batch
 
     def record_batch(self, wait_s: float, samples: int) -> None:
@@ -231,7 +245,7 @@ class StreamingMetrics:
         decoded = totals["frames_decoded"]
         return MetricsReport(
             batches=len(self.batch_waits),
-            samples=self.samples or int(totals["samples"]),
+            samples=self.samples if self.batch_waits else int(totals["samples"]),
             seconds=time.perf_counter() - self._started,
             batch_wait_s=percentiles(self.batch_waits),
             refill_stalls=int(totals["refill_stalls"]),

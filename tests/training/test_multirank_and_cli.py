@@ -121,3 +121,11 @@ def test_stream_and_inspect_commands(small_dataset, capsys):
     assert cli_main(["inspect", f"--dataset.root={small_dataset}"]) == 0
     out = capsys.readouterr().out
     assert "MP4 sidecar: " in out and "episodes: 7" in out
+
+
+def test_map_style_reading_prints_the_same_summary_and_report(small_dataset, capsys):
+    flags = [f"--dataset.root={small_dataset}", "--steps=3", "--batch_size=2", "--num_workers=0"]
+    assert cli_main(["stream", *flags, "--dataset.streaming=false"]) == 0
+    out = capsys.readouterr().out
+    assert "episodes: 7" in out and "map-style" in out
+    assert "end of run" in out and "batch wait p95 (ms)" in out and "\nbatches                                   3" in out

@@ -144,3 +144,14 @@ def test_transforms_run_on_the_training_thread_with_no_workers(small_dataset):
     expected = reference[reference.meta.episode_bounds(episode)[0] + frame]["observation.images.top"].flip(-1)
     assert torch.equal(batch["observation.images.top"][0], expected)
     assert calls
+
+
+def test_timed_counts_samples_delivered_to_the_training_loop(small_dataset):
+    dataset = _dataset(small_dataset)
+    loader = streaming_dataloader(dataset, batch_size=5, num_workers=2)
+    for count, _ in enumerate(dataset.metrics.timed(loader), start=1):
+        if count == 4:
+            break
+    report = dataset.metrics.report()
+    assert report.batches == 4 and report.samples == 20  # not what the workers decoded ahead
+    assert dataset.metrics.counters.totals()["samples"] >= 20

@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..config import StreamingConfig
-from ..dataset import StreamingLeRobotDataset, batch_samples, streaming_dataloader
+from ..dataset import StreamingLeRobotDataset, streaming_dataloader
 from ..errors import ConfigError
 from ..map_style import MapStyleLeRobotDataset
 from ..meta import load_meta
@@ -176,9 +177,10 @@ def _stream_steps(
     with (
         open(record, "a") if record else contextlib.nullcontext() as recorder,
         tqdm(total=steps, initial=start_step, disable=quiet, unit="batch", dynamic_ncols=True) as progress,
+        logging_redirect_tqdm(loggers=[logging.getLogger("lerobot_nodes")]),  # log lines above the bar
     ):
         while step < steps:
-            for batch in dataset.metrics.timed(loader, batch_samples):
+            for batch in dataset.metrics.timed(loader):
                 step += 1
                 if step == start_step + 1 and not quiet:
                     progress.write("first batch: " + describe_batch(batch))
@@ -253,16 +255,27 @@ def _restore(checkpoint: dict[str, Any], dataset: StreamingLeRobotDataset, loade
 
 
 def _run_map_style(common: dict[str, Any], batch_size: int, num_workers: int, steps: int, quiet: bool) -> int:
+    """``--dataset.streaming=false``: LeRobot's map-style reading, with the same summary and report."""
     from torch.utils.data import DataLoader, RandomSampler
+
+    from ..metrics import StreamingMetrics
 
     dataset = MapStyleLeRobotDataset(**common)
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, sampler=RandomSampler(dataset))
+    metrics = StreamingMetrics()
+    if not quiet:
+        print(dataset.meta.summary())
+        print(f"reading {len(dataset.episodes)} episodes, {dataset.num_frames} frames map-style (--dataset.streaming=false): "
+              f"batch_size={batch_size} num_workers={num_workers} steps=0..{steps}")
     step = 0
     with tqdm(total=steps, disable=quiet, unit="batch") as progress:
         while step < steps:
-            for _ in loader:
+            for _ in metrics.timed(loader):
                 step += 1
                 progress.update(1)
                 if step >= steps:
                     break
+    if not quiet:
+        print("end of run (map-style: the streaming counters stay at zero):")
+        print(metrics.report().table())
     return 0
