@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import SourceAuthError, SourceError, SourceFileNotFoundError, SourceUnavailableError
 from .base import ByteRange, ByteSource, FileInfo
+from .listing import FileListing
 
 IDENTITY_FIELDS = ("generation", "VersionId", "version_id", "ETag", "etag", "md5Hash", "crc32c", "xet_hash", "sha256")
 """``fs.info()`` fields that name a file's content, most specific first."""
@@ -48,29 +49,28 @@ class FsspecSource(ByteSource):
             listing = self.fs.find(self.root, detail=True)
         if not listing:
             raise SourceFileNotFoundError(f"{self._url} holds no files (or does not exist)")
-        self._files: dict[str, FileInfo] = {}
-        for full, info in listing.items():
-            if info.get("type", "file") != "file":
-                continue
-            path = full[len(self.root):].lstrip("/") if full.startswith(self.root) else full
-            self._files[path] = FileInfo(path, int(info["size"]), fingerprint_of(info))
-        self.has_stable_identity = all(f.fingerprint is not None for f in self._files.values())
+        self._listing = FileListing(
+            (
+                FileInfo(self._relative(full), int(info["size"]), fingerprint_of(info))
+                for full, info in listing.items()
+                if info.get("type", "file") == "file"
+            ),
+            self._url,
+        )
+        self.has_stable_identity = all(f.fingerprint is not None for f in self._listing)
 
     @property
     def url(self) -> str:
         return self._url
 
+    def _relative(self, full: str) -> str:
+        return full[len(self.root):].lstrip("/") if full.startswith(self.root) else full
+
     def list_files(self, prefix: str = "") -> list[FileInfo]:
-        return sorted(
-            (f for p, f in self._files.items() if p == prefix or p.startswith(prefix.rstrip("/") + "/") or not prefix),
-            key=lambda f: f.path,
-        )
+        return self._listing.under(prefix)
 
     def info(self, path: str) -> FileInfo:
-        found = self._files.get(path)
-        if found is None:
-            raise SourceFileNotFoundError(f"{path} not found in {self._url}")
-        return found
+        return self._listing.info(path)
 
     def _full(self, path: str) -> str:
         return f"{self.root}/{path}"

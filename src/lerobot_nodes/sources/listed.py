@@ -8,15 +8,14 @@ content reads none of them again.
 
 from __future__ import annotations
 
-import bisect
 from abc import abstractmethod
 from pathlib import Path
 
-from ..errors import SourceFileNotFoundError
 from .base import ByteRange, ByteSource, FileInfo
 from .file_cache import FileCache
 from .http_range import HttpOptions, HttpRangeReader, HttpStats
 from .hub_auth import HubCredentials
+from .listing import FileListing
 
 CACHED_PREFIX = "meta/"
 
@@ -30,8 +29,7 @@ class ListedHttpSource(ByteSource):
         self, files: list[FileInfo], credentials: HubCredentials, http: HttpOptions | None, cache_folder: Path | None
     ) -> None:
         super().__init__()
-        self._files = {info.path: info for info in files}
-        self._paths = sorted(self._files)
+        self._listing = FileListing(files, self.url)  # subclasses know their url before calling this
         self.credentials = credentials
         self.reader = HttpRangeReader(http, credentials)
         self._cache = FileCache(cache_folder) if cache_folder is not None else None
@@ -50,21 +48,10 @@ class ListedHttpSource(ByteSource):
         self.reader = HttpRangeReader(options, self.credentials)
 
     def list_files(self, prefix: str = "") -> list[FileInfo]:
-        position = bisect.bisect_left(self._paths, prefix)
-        found = []
-        for path in self._paths[position:]:
-            if not path.startswith(prefix):
-                break
-            if prefix and not prefix.endswith("/") and path != prefix and path[len(prefix)] != "/":
-                continue
-            found.append(self._files[path])
-        return found
+        return self._listing.under(prefix)
 
     def info(self, path: str) -> FileInfo:
-        found = self._files.get(path)
-        if found is None:
-            raise SourceFileNotFoundError(f"{path} not found in {self.url}")
-        return found
+        return self._listing.info(path)
 
     def _read_file(self, path: str) -> bytes:
         info = self.info(path)
