@@ -184,7 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-every", type=at_least(1), default=None, metavar="N",
         help="also save every N steps (needs --save-checkpoint)",
     )
-    stream.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint saved by --save-checkpoint")
+    stream.add_argument(
+        "--resume",
+        default=None,
+        metavar="PATH",
+        help="continue from a checkpoint saved by --save-checkpoint, or from LeRobot's training_step.json "
+        "(or the checkpoint folder holding it): by step offset, batch size, world size and seed from the file when "
+        "it has them, else from the flags",
+    )
     stream.add_argument("--record", default=None, metavar="FILE", help="append the (episode, frame) of every sample to FILE")
     stream.add_argument("--quiet", action="store_true", help="no summary, progress bar or report")
     stream.set_defaults(handler=run_stream_command)
