@@ -24,6 +24,7 @@ from torchdata.nodes.samplers.utils import get_rank_and_world_size
 from .config import StreamingConfig, resolve_seed
 from .dataset_properties import LeRobotDatasetProperties
 from .errors import ConfigError
+from .identity import check_identity, dataset_identity
 from .meta import DatasetMeta, load_meta, select_episodes
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .nodes.graph import StreamingGraph, build_streaming_graph
@@ -39,6 +40,7 @@ logger = logging.getLogger("lerobot_nodes.dataset")
 
 STATE_VERSION = 1
 GRAPH_KEY = "graph"
+IDENTITY_KEY = "dataset"
 SEED_KEY = "seed"
 TOPOLOGY_KEY = "topology"
 VERSION_KEY = "version"
@@ -109,6 +111,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.world_size = detected_world if world_size is None else int(world_size)
         # Validate now, in the main process, so errors do not surface inside workers.
         SampleSpec.from_meta(self.meta, self.delta_timestamps, tolerance_s)
+        # What a saved state is checked against on load: the dataset, the selection, the schedule settings.
+        self.identity = dataset_identity(self.source.url, self.source.revision, self.meta, self.episodes, config)
         self.max_workers = max_workers_for_rank(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
         self.metrics = StreamingMetrics(self.counters)
@@ -252,7 +256,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Small, plain state: the graph's schedule position, the seed and the topology."""
+        """Small, plain state: the graph's schedule position, the seed, the topology and the dataset identity."""
         if self._pending_state is not None:
             graph_state = self._pending_state
         elif self._graph is not None and self._iterated:
@@ -263,17 +267,20 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             VERSION_KEY: STATE_VERSION,
             SEED_KEY: self.seed,
             TOPOLOGY_KEY: self._topology_state(),
+            IDENTITY_KEY: self.identity,
             GRAPH_KEY: graph_state,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`; the seed is restored, a changed topology is an error."""
+        """Resume from :meth:`state_dict`; the seed is restored, another dataset, selection, schedule or
+        topology is an error (a state without an identity, from an older version, is not checked)."""
         if not isinstance(state, dict) or state.get(VERSION_KEY) != STATE_VERSION:
             raise ConfigError(
                 f"this is not a StreamingLeRobotDataset state of version {STATE_VERSION}: got keys "
                 f"{sorted(state) if isinstance(state, dict) else type(state).__name__}; checkpoints of the older "
                 "multi-worker sampler cannot be resumed exactly: start a new run from the saved policy weights"
             )
+        check_identity(state.get(IDENTITY_KEY), self.identity)
         saved = state[TOPOLOGY_KEY]
         current = self._topology_state()
         changed = {k: (saved[k], current[k]) for k in ("rank", "world_size", "num_workers") if saved[k] != current[k]}

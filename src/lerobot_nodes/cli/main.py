@@ -4,7 +4,8 @@
 ``StatefulDataLoader`` as LeRobot training does; with no ``--dataset.root`` it uses the
 built-in demo dataset, generated into the LeRobot cache on first use. ``lerobot-nodes
 inspect`` summarises a dataset and its MP4 sidecar; ``lerobot-nodes demo`` reads a few samples
-with the map-style reader.
+with the map-style reader; ``lerobot-nodes cache list|clear`` shows or removes the local index
+and metadata caches.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .console import (
 )
 
 PROG = "lerobot-nodes"
-COMMANDS = ("stream", "inspect", "demo")
+COMMANDS = ("stream", "inspect", "demo", "cache")
 DEFAULT_COMMAND = "stream"
 FLAG_COMMANDS = ("stream", "inspect")
 """Commands that take LeRobot-style flags (``--dataset.root=PATH``)."""
@@ -128,6 +129,14 @@ def describe_sidecar(source: Any, meta: Any) -> str:
     return "\n".join(lines)
 
 
+def run_cache_command(args: argparse.Namespace) -> int:
+    from .cache import run_cache_clear, run_cache_list
+
+    if args.action == "list":
+        return run_cache_list()
+    return run_cache_clear(args.repo_id, args.all)
+
+
 def at_least(minimum: int) -> Callable[[str], int]:
     """An argparse ``type``: an integer >= ``minimum``."""
 
@@ -184,7 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-every", type=at_least(1), default=None, metavar="N",
         help="also save every N steps (needs --save-checkpoint)",
     )
-    stream.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint saved by --save-checkpoint")
+    stream.add_argument(
+        "--resume",
+        default=None,
+        metavar="PATH",
+        help="continue from a checkpoint saved by --save-checkpoint, or from LeRobot's training_step.json "
+        "(or the checkpoint folder holding it): by step offset, batch size, world size and seed from the file when "
+        "it has them, else from the flags",
+    )
     stream.add_argument("--record", default=None, metavar="FILE", help="append the (episode, frame) of every sample to FILE")
     stream.add_argument("--quiet", action="store_true", help="no summary, progress bar or report")
     stream.set_defaults(handler=run_stream_command)
@@ -204,7 +220,39 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--root", default=None, help="a local LeRobot v3 dataset instead of the demo")
     demo.add_argument("--samples", type=at_least(1), default=4, help="samples to print (default 4)")
     demo.set_defaults(handler=run_demo)
+    add_cache_parser(commands, debug)
     return parser
+
+
+def add_cache_parser(commands: Any, debug: argparse.ArgumentParser) -> None:
+    cache = commands.add_parser(
+        "cache",
+        parents=[debug],
+        help="list or clear the local MP4 index and metadata caches under $HF_LEROBOT_HOME",
+        description="The caches under $HF_LEROBOT_HOME: streaming-indexes (MP4 sample indexes, one entry per "
+        "dataset revision) and streaming-meta (metadata and listings of Hub commits and buckets). Entries are "
+        "rebuilt on demand; clearing one is needed only when a video was replaced without its identity changing "
+        "(same size, restored mtime), which a decode error points out.",
+    )
+    actions = cache.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=ArgumentParser)
+    listing = actions.add_parser(
+        "list", parents=[debug], help="each entry: kind, dataset id, revision, number of records, bytes on disk, path"
+    )
+    listing.set_defaults(handler=run_cache_command)
+    clear = actions.add_parser(
+        "clear",
+        parents=[debug],
+        help="remove the entries of one dataset, or all; an entry whose lock a live process holds is kept",
+        usage="%(prog)s (--dataset.repo_id ID | --all) [--debug]",
+    )
+    which = clear.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--dataset.repo_id", dest="repo_id", metavar="ID",
+        help="the Hub dataset or bucket id (OWNER/NAME), as 'cache list' shows it; a local folder "
+        "shows as 'local folder NAME'",
+    )
+    which.add_argument("--all", action="store_true", help="every entry of both caches")
+    clear.set_defaults(handler=run_cache_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,7 @@ it to show exact resume. ``--record`` writes the (episode, frame) of every consu
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from ..config import StreamingConfig
 from ..dataset import StreamingLeRobotDataset, streaming_dataloader
 from ..errors import ConfigError
+from ..identity import check_identity
 from ..map_style import MapStyleLeRobotDataset
 from ..meta import load_meta
 from ..sources.resolve import open_source
@@ -36,6 +38,8 @@ POLICY_WINDOWS: dict[str, dict[str, range]] = {
 WINDOWS = ("none", *POLICY_WINDOWS)
 DEFAULT_WINDOW = "act"
 CHECKPOINT_VERSION = 1
+TRAINING_STEP_FILE = "training_step.json"
+"""What LeRobot training saves in ``checkpoints/<step>/training_state/``: ``{"step": N, ...}``."""
 
 
 def policy_window(name: str, fps: int, video_keys: list[str], has_state: bool) -> dict[str, list[float]] | None:
@@ -132,7 +136,10 @@ def run_stream(
     if not options["streaming"]:
         return _run_map_style(common, batch_size, num_workers, steps, quiet)
 
-    checkpoint = _load_checkpoint(resume) if resume else None
+    checkpoint = load_checkpoint(resume) if resume else None
+    if checkpoint is not None and int(checkpoint["step"]) >= steps:
+        print(f"checkpoint is at step {checkpoint['step']}, --steps={steps} is already reached: nothing to stream")
+        return 0
     seed = training["seed"]
     if checkpoint is not None and "seed" in checkpoint and "seed" not in training_options:
         seed = checkpoint["seed"]
@@ -202,16 +209,65 @@ def _stream_steps(
         print(dataset.metrics.report().table())
 
 
-def _load_checkpoint(path: str) -> dict[str, Any]:
+def load_checkpoint(path: str) -> dict[str, Any]:
+    """A checkpoint saved by ``--save-checkpoint``, or LeRobot's ``training_step.json`` (a file, or the
+    checkpoint folder holding ``training_state/training_step.json``)."""
+    file = _training_step_file(Path(path))
     try:
-        checkpoint = torch.load(path, weights_only=False)
-    except OSError:  # missing or unreadable: reported as it is
-        raise
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"--resume={path}: no such checkpoint file") from None
+    except OSError as error:
+        raise ConfigError(f"--resume={path}: cannot read the checkpoint: {error.strerror or error}") from None
+    if data.lstrip()[:1] == b"{":
+        return _training_step(file, data)
+    try:
+        checkpoint = torch.load(io.BytesIO(data), weights_only=False)
     except Exception as exc:  # torch.load fails in many ways on a file that is not one of its archives
-        raise ConfigError(f"--resume={path} is not a checkpoint saved by --save-checkpoint: {exc}") from exc
+        raise ConfigError(
+            f"--resume={file} is neither a checkpoint saved by --save-checkpoint nor LeRobot's {TRAINING_STEP_FILE}: "
+            f"{error_summary(exc)}"
+        ) from exc
     if not isinstance(checkpoint, dict) or "step" not in checkpoint:
-        raise ConfigError(f"--resume={path} is not a checkpoint saved by --save-checkpoint: it has no 'step'")
+        raise ConfigError(f"--resume={file} is not a checkpoint saved by --save-checkpoint: it has no 'step'")
     return checkpoint
+
+
+def _training_step_file(path: Path) -> Path:
+    """``path``, or the ``training_step.json`` inside a LeRobot checkpoint folder."""
+    if not path.is_dir():
+        return path
+    for candidate in (path / "training_state" / TRAINING_STEP_FILE, path / TRAINING_STEP_FILE):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"--resume={path} is a folder without training_state/{TRAINING_STEP_FILE} or {TRAINING_STEP_FILE}")
+
+
+def _training_step(file: Path, data: bytes) -> dict[str, Any]:
+    """LeRobot's ``{"step": N, ...}``: the step, and whatever of batch size, world size and seed it records."""
+    try:
+        content = json.loads(data)
+    except ValueError as exc:
+        raise ConfigError(f"--resume={file} is not valid JSON: {exc}") from None
+    step = content.get("step") if isinstance(content, dict) else None
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ConfigError(f"--resume={file} has no step: expected LeRobot's {TRAINING_STEP_FILE}, {{\"step\": N, ...}}")
+    checkpoint: dict[str, Any] = {"step": step}
+    # LeRobot versions name the number of data-parallel processes differently.
+    for key in ("dp_world_size", "num_processes", "world_size"):
+        if isinstance(content.get(key), int):
+            checkpoint["world_size"] = content[key]
+            break
+    for key in ("batch_size", "seed", "num_workers"):
+        if isinstance(content.get(key), int):
+            checkpoint[key] = content[key]
+    return checkpoint
+
+
+def error_summary(error: BaseException) -> str:
+    """The first line of ``error``'s message (torch.load's can run over many lines)."""
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
 
 
 def _save(path: str, loader: Any, dataset: StreamingLeRobotDataset, step: int, batch_size: int, num_workers: int) -> None:
@@ -222,6 +278,7 @@ def _save(path: str, loader: Any, dataset: StreamingLeRobotDataset, step: int, b
         "num_workers": num_workers,
         "world_size": dataset.world_size,
         "seed": dataset.seed,
+        "dataset": dataset.identity,
         "dataloader": loader.state_dict(),
     }
     _atomic_save(payload, Path(path))
@@ -230,15 +287,18 @@ def _save(path: str, loader: Any, dataset: StreamingLeRobotDataset, step: int, b
 def _restore(checkpoint: dict[str, Any], dataset: StreamingLeRobotDataset, loader: Any, batch_size: int, num_workers: int) -> int:
     step = int(checkpoint["step"])
     if "dataloader" not in checkpoint:
-        # A LeRobot training_step.json-like checkpoint: derive each worker's offset from the step.
+        # A LeRobot training_step.json-like checkpoint: derive each worker's offset from the step,
+        # with the batch size and world size it records, else this run's.
         dataset.resume_from_step(
             step,
-            int(checkpoint["batch_size"]),
+            int(checkpoint.get("batch_size", batch_size)),
             int(checkpoint.get("num_workers", num_workers)),
             world_size=checkpoint.get("dp_world_size", checkpoint.get("world_size")),
             seed=checkpoint.get("seed"),
         )
         return step
+    # Checked here too, so another dataset fails before any worker starts.
+    check_identity(checkpoint.get("dataset"), dataset.identity)
     changed = {
         name: (checkpoint[name], now)
         for name, now in (("batch_size", batch_size), ("num_workers", num_workers), ("world_size", dataset.world_size))

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 from torchdata.nodes import BaseNode
 
+from ..mp4.decode import VideoDecodeError
 from ..sample import SampleSpec, assemble_sample
 from .episode_fetch import EpisodePayload, add_context
 from .metrics_sink import MetricsSink, NullMetrics
@@ -190,6 +191,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         decoder_cache_size: int = 64,
         decoder_factory: ClipDecoderFactory | None = None,
         metrics: MetricsSink | None = None,
+        decode_error_hint: Callable[[], str] | None = None,
     ) -> None:
         super().__init__()
         if num_threads < 1:
@@ -199,6 +201,8 @@ class DecodeMapper(BaseNode[PendingSample]):
         self.num_threads = num_threads
         self.decoders = DecoderLRU(decoder_cache_size, decoder_factory)
         self.metrics = metrics or NullMetrics()
+        # What to do about a decode error whose cause may be a stale cached index (see sidecar.cache).
+        self.decode_error_hint = decode_error_hint
         self._executor: ThreadPoolExecutor | None = None
         self._cancelled = threading.Event()
 
@@ -249,6 +253,8 @@ class DecodeMapper(BaseNode[PendingSample]):
                 assembled = self.assemble(payload, item.frame, self.decoders)
             except Exception as exc:
                 add_context(exc, f"while assembling episode {item.episode}, frame {item.frame} (schedule item {item.seq})")
+                if isinstance(exc, VideoDecodeError) and self.decode_error_hint is not None:
+                    add_context(exc, self.decode_error_hint())
                 raise
             if assembled.frames_delivered:
                 self.metrics.add("decode_seconds", time.perf_counter() - started)

@@ -94,6 +94,15 @@ def reporting_transfers(fetch: Callable[[int], Any], source: ByteSource, metrics
     return fetch_and_report
 
 
+def _stale_index_hint(source: ByteSource, meta: DatasetMeta) -> Callable[[], str] | None:
+    """The hint for decode errors when indexes come from the local cache (stores with stable identities)."""
+    if not source.has_stable_identity:
+        return None  # indexed afresh at every open: a stale index cannot be the cause
+    from ..sidecar.cache import stale_index_hint
+
+    return lambda: stale_index_hint(source, meta.repo_id)
+
+
 def build_streaming_graph(
     source: ByteSource,
     meta: DatasetMeta,
@@ -171,6 +180,7 @@ def build_streaming_graph(
         decoder_cache_size=config.worker_decoder_cache_size(pool_size, len(meta.video_keys), num_workers),
         decoder_factory=decoder_factory,
         metrics=metrics,
+        decode_error_hint=_stale_index_hint(source, meta) if index_provider is None else None,
     )
     buffer = OrderedBuffer(decoder, max_ahead=config.streaming_decoded_queue_size)
     root: BaseNode[dict[str, Any]] = buffer

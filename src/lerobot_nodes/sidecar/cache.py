@@ -363,6 +363,23 @@ def _unwritable(error: OSError) -> bool:
     return isinstance(error, PermissionError) or error.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
+def stale_index_hint(source: ByteSource, dataset_id: str | None, cache_dir: str | Path | None = None) -> str:
+    """How to clear the cached indexes of a dataset, for a decode error that a stale index may explain.
+
+    A record is keyed by its file's identity (size, mtime and inode for local files, a content
+    hash or commit elsewhere): a file replaced without changing it keeps its old index.
+    """
+    if dataset_id:
+        how = f"`lerobot-nodes cache clear --dataset.repo_id={dataset_id}`"
+    else:
+        entry = CacheEntry(Path(cache_dir) if cache_dir is not None else default_cache_root(), CacheEntry.key(source, None))
+        how = f"`rm -r {entry.directory}` (or `lerobot-nodes cache clear --all`)"
+    return (
+        "; if this video file was replaced keeping its size and modification time, its cached MP4 index is stale: "
+        f"clear it with {how}, then stream again"
+    )
+
+
 def open_video_indexes(
     source: ByteSource,
     meta: DatasetMeta | None,

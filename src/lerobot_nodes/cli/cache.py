@@ -1,0 +1,151 @@
+"""``lerobot-nodes cache list|clear``: the local caches of MP4 indexes and remote metadata.
+
+Two folders under ``$HF_LEROBOT_HOME``: ``streaming-indexes`` (one entry per dataset revision,
+``g<generation>/<entry>/records/*.idx``, guarded by ``build.lock``) and ``streaming-meta``
+(``datasets/<owner--name>/<commit>/`` and ``buckets/<owner--name>/``). Entries are immutable
+and a replaced file gets a new record, so clearing is never needed for correctness, except when
+a file was replaced without its identity changing (same size, restored mtime and inode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from ..sidecar.cache import default_cache_root
+from ..sidecar.locking import BuildLock
+from ..sources.file_cache import default_file_cache_root, slug
+
+LOCK_NAME = "build.lock"
+
+
+@dataclass(frozen=True)
+class CacheItem:
+    """One cache entry: what it holds and where."""
+
+    kind: str  # "indexes" or "meta"
+    dataset: str
+    revision: str
+    records: int
+    size_bytes: int
+    path: Path
+
+    def matches(self, repo_id: str) -> bool:
+        """Whether the entry belongs to the Hub dataset or bucket ``repo_id``."""
+        if self.dataset == repo_id:
+            return True
+        # Folder names spell the id as a slug: <owner--name>@<revision>-<hash>, datasets/<owner--name>/<sha>.
+        folder = self.path.parent.name if self.kind == "meta" and self.revision != "bucket" else self.path.name
+        return folder.partition("@")[0] == slug(repo_id)
+
+
+def _size(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def index_items(root: Path | None = None) -> Iterator[CacheItem]:
+    """The entries of ``$HF_LEROBOT_HOME/streaming-indexes`` (every cache generation)."""
+    root = root or default_cache_root()
+    for entry in sorted(root.glob("g*/*")):
+        if not entry.is_dir():
+            continue
+        name, _, revision = entry.name.partition("@")
+        dataset, revision = name, revision.rpartition("-")[0] or "unpinned"
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            note = json.loads((entry / "entry.json").read_text())
+            dataset = note.get("dataset_id") or f"local folder {name}"
+            revision = note.get("revision") or "unpinned"
+        records = len(list((entry / "records").glob("*.idx")))
+        yield CacheItem("indexes", dataset, revision, records, _size(entry), entry)
+
+
+def meta_items(root: Path | None = None) -> Iterator[CacheItem]:
+    """The entries of ``$HF_LEROBOT_HOME/streaming-meta``: one per Hub commit, one per bucket."""
+    root = root or default_file_cache_root()
+    for entry in sorted(root.glob("datasets/*/*")):
+        if entry.is_dir():
+            files = [p for p in entry.iterdir() if p.is_file()]
+            yield CacheItem("meta", entry.parent.name.replace("--", "/", 1), entry.name, len(files), _size(entry), entry)
+    for entry in sorted(root.glob("buckets/*")):
+        if entry.is_dir():
+            files = [p for p in entry.iterdir() if p.is_file()]
+            yield CacheItem("meta", entry.name.replace("--", "/", 1), "bucket", len(files), _size(entry), entry)
+
+
+def cache_items() -> list[CacheItem]:
+    return [*index_items(), *meta_items()]
+
+
+def human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def run_cache_list() -> int:
+    items = cache_items()
+    if not items:
+        print(f"the caches are empty: {default_cache_root()}, {default_file_cache_root()}")
+        return 0
+    rows = [("kind", "dataset", "revision", "records", "on disk", "path")]
+    rows += [(i.kind, i.dataset, i.revision[:12], str(i.records), human_bytes(i.size_bytes), str(i.path)) for i in items]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    total = sum(i.size_bytes for i in items)
+    print(f"{len(items)} entries, {human_bytes(total)}")
+    return 0
+
+
+def run_cache_clear(repo_id: str | None, clear_all: bool) -> int:
+    items = [i for i in cache_items() if clear_all or (repo_id is not None and i.matches(repo_id))]
+    if not items:
+        print(f"nothing to clear: no cache entry {'at all' if clear_all else f'of {repo_id}'}")
+        return 0
+    removed = kept = 0
+    freed = 0
+    for item in items:
+        held_by = _remove(item)
+        if held_by is None:
+            removed += 1
+            freed += item.size_bytes
+            print(f"removed {item.kind} of {item.dataset} @ {item.revision[:12]}: {item.path}")
+        else:
+            kept += 1
+            print(f"kept {item.kind} of {item.dataset} @ {item.revision[:12]}: its lock is held by {held_by} ({item.path})")
+    print(f"removed {removed} entries ({human_bytes(freed)})" + (f", kept {kept} in use" if kept else ""))
+    return 0
+
+
+def _remove(item: CacheItem) -> str | None:
+    """Remove ``item``'s folder; return who holds its lock instead when a live process does."""
+    lock_path = item.path / LOCK_NAME
+    if item.kind != "indexes" or not lock_path.exists():
+        shutil.rmtree(item.path, ignore_errors=True)
+        return None
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        # A live process builds or converts indexes of this entry (the OS frees a dead holder's lock).
+        return BuildLock(lock_path, 0, "").owner()
+    try:
+        # Processes that mapped a record keep reading it: unlinking does not touch mapped pages.
+        for child in item.path.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            elif child.name != LOCK_NAME:
+                child.unlink(missing_ok=True)
+    finally:
+        lock.release()
+    shutil.rmtree(item.path, ignore_errors=True)
+    return None

@@ -1,0 +1,113 @@
+"""What a resume state was taken on: the dataset, the episode selection and the schedule settings.
+
+A saved schedule position means something only for the same episodes, frames and schedule.
+The identity is recorded beside every state and compared on load, so resuming on another
+dataset or selection fails with what differs instead of a ``KeyError`` deep in a worker.
+
+Datasets are compared by content (a fingerprint of their metadata), never by path: a copy
+in another folder resumes. A pinned revision (a Hub commit sha) is compared when both sides
+have one. The source address is recorded for the message only; it never holds credentials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .config import StreamingConfig
+from .errors import ConfigError
+from .meta import DatasetMeta
+
+logger = logging.getLogger("lerobot_nodes.dataset")
+
+SOURCE = "source"
+REVISION = "revision"
+COMPARED: dict[str, str] = {
+    "total_frames": "total frames",
+    "fps": "fps",
+    "features": "features (hash of the names)",
+    "episode_lengths": "episode lengths (hash of every episode's length)",
+    "episodes": "episode selection",
+    "sampling_strategy": "--dataset.streaming_sampling_strategy",
+    "episode_pool_size": "--dataset.streaming_episode_pool_size",
+    "byte_budget_gb": "--dataset.streaming_byte_budget_gb",
+}
+"""Identity fields that must match, and how a mismatch names them.
+
+The byte budget is here because the pool sampler admits an episode only when its bytes fit
+next to the resident ones. ``streaming_prefetch_episodes`` is not: it only changes how far
+ahead bytes are fetched, never the schedule, so a resume may change it.
+"""
+_warned_unknown = False
+
+
+def short_hash(value: Any) -> str:
+    """12 hex digits of the SHA-256 of ``value`` as canonical JSON."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def without_credentials(url: str) -> str:
+    """``url`` with any ``user:password@`` removed (a local path is returned as it is)."""
+    parts = urlsplit(url)
+    if not parts.netloc or "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def dataset_identity(
+    source_url: str, revision: str | None, meta: DatasetMeta, episodes: Sequence[int], config: StreamingConfig
+) -> dict[str, Any]:
+    """The plain, small identity recorded with a resume state."""
+    selected = [int(e) for e in episodes]
+    return {
+        SOURCE: without_credentials(source_url),
+        REVISION: revision,
+        "total_frames": meta.total_frames,
+        "fps": meta.fps,
+        "features": short_hash(sorted(meta.features)),
+        "episode_lengths": short_hash([int(n) for n in meta.episodes.length]),
+        "episodes": f"{len(selected)} episodes #{short_hash(selected)}",
+        "sampling_strategy": config.streaming_sampling_strategy,
+        "episode_pool_size": config.streaming_episode_pool_size,
+        "byte_budget_gb": config.streaming_byte_budget_gb,
+    }
+
+
+def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """``name old -> new`` for every compared field that differs (fields the saved state lacks are skipped)."""
+    differences = []
+    if saved.get(REVISION) and current.get(REVISION) and saved[REVISION] != current[REVISION]:
+        differences.append(f"revision {saved[REVISION]} -> {current[REVISION]}")
+    for key, name in COMPARED.items():
+        if key in saved and saved[key] != current.get(key):
+            differences.append(f"{name} {saved[key]!r} -> {current.get(key)!r}")
+    return differences
+
+
+def check_identity(saved: Mapping[str, Any] | None, current: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` naming what differs between the checkpoint's identity and this run's.
+
+    ``None`` (a state saved before identities were recorded) is accepted as unknown, logged once
+    per process (at INFO: DataLoader workers, whose logging is not configured, stay quiet).
+    """
+    global _warned_unknown
+    if saved is None:
+        if not _warned_unknown:
+            _warned_unknown = True
+            logger.info(
+                "the resume state does not record which dataset it was taken on (saved by an older version): "
+                "resuming without checking that it is %s with the same episode selection", current.get(SOURCE)
+            )
+        return
+    differences = identity_differences(saved, current)
+    if differences:
+        raise ConfigError(
+            f"cannot resume: the checkpoint was taken on another dataset, episode selection or schedule: "
+            f"{'; '.join(differences)} (checkpoint source {saved.get(SOURCE)}, this run {current.get(SOURCE)}). "
+            "Resume with the checkpoint's dataset, --dataset.episodes and streaming settings, or start a new run"
+        )
