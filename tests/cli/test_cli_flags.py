@@ -113,7 +113,9 @@ def test_resume_from_a_file_that_is_not_a_checkpoint(
 ) -> None:
     (tmp_path / "notes.txt").write_text("not a checkpoint")
     result = run_main(["stream", f"--dataset.root={tiny_dataset}", f"--resume={tmp_path / 'notes.txt'}"], capsys)
-    assert_one_line_error(result, 2, f"--resume={tmp_path / 'notes.txt'} is not a checkpoint saved by --save-checkpoint")
+    assert_one_line_error(
+        result, 2, f"--resume={tmp_path / 'notes.txt'} is neither a checkpoint saved by --save-checkpoint nor LeRobot's training_step.json"
+    )
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
