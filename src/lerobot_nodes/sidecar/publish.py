@@ -38,6 +38,7 @@ def check_publishable(source: ByteSource) -> None:
 
 def publish_archive(source: ByteSource, archive: str | Path) -> str:
     """Upload the verified ``archive`` of ``source``; returns where it went (for the summary)."""
+    check_publishable(source)
     target = f"{PUBLISHED_DIR}{published_name(source)}"
     if isinstance(source, HubRepoSource):
         api = hf_api(source.endpoint, source.credentials)
@@ -50,11 +51,9 @@ def publish_archive(source: ByteSource, archive: str | Path) -> str:
                 commit_message=f"MP4 sidecar (schema v3) of commit {source.sha}",
             )
         return f"hf://datasets/{source.repo_id}@{PUBLISHED_SIDECAR_BRANCH}/{target}"
-    if isinstance(source, HubBucketSource):
-        api = hf_api(source.endpoint, source.credentials)
-        full = f"{source.prefix}/{target}" if source.prefix else target
-        with hub_errors(f"publishing to bucket {source.bucket_id}", source.endpoint):
-            api.batch_bucket_files(source.bucket_id, add=[(str(archive), full)])
-        return f"hf://buckets/{source.bucket_id}/{full}"
-    check_publishable(source)
-    raise AssertionError("unreachable")
+    assert isinstance(source, HubBucketSource)
+    api = hf_api(source.endpoint, source.credentials)
+    full = f"{source.prefix}/{target}" if source.prefix else target
+    with hub_errors(f"publishing to bucket {source.bucket_id}", source.endpoint):
+        api.batch_bucket_files(source.bucket_id, add=[(str(archive), full)])
+    return f"hf://buckets/{source.bucket_id}/{full}"

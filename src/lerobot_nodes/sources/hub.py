@@ -61,7 +61,7 @@ def hub_errors(what: str, endpoint: str):
         if status == 404:
             raise SourceFileNotFoundError(f"{what}: not found at {endpoint} ({_first_line(error)})") from None
         raise SourceUnavailableError(f"{what}: {endpoint} answered {status} ({_first_line(error)})") from None
-    except (SourceError, KeyboardInterrupt):
+    except SourceError:  # our own errors are OSErrors too: keep them as they are
         raise
     except OSError as error:
         raise SourceUnavailableError(f"{what}: cannot reach the Hub at {endpoint} ({type(error).__name__}: "
