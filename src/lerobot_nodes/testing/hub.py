@@ -237,7 +237,8 @@ class _Server(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://{self.server_address[0]}:{self.server_address[1]}"
+        host, port = self.server_address[:2]
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     def process_request(self, request: Any, client_address: Any) -> None:
         thread = threading.Thread(
