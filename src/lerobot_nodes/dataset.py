@@ -25,6 +25,7 @@ from torchdata.nodes.samplers.utils import get_rank_and_world_size
 from .config import StreamingConfig, resolve_seed
 from .dataset_properties import LeRobotDatasetProperties
 from .errors import ConfigError
+from .lifeline import GuardedWorkerInit, guard_forkserver, guard_worker
 from .meta import DatasetMeta, load_meta, select_episodes
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .nodes.graph import StreamingGraph, build_streaming_graph
@@ -37,6 +38,10 @@ from .sources.listed import ListedHttpSource
 from .sources.resolve import open_source
 
 logger = logging.getLogger("lerobot_nodes.dataset")
+
+# worker_context() has the forkserver preload this module: there (and only there) this ties
+# the server's life to the training process that started it.
+guard_forkserver()
 
 STATE_VERSION = 1
 GRAPH_KEY = "graph"
@@ -163,6 +168,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         return worker_id, num_workers
 
     def _build_graph(self, worker_id: int, num_workers: int, epoch: int) -> StreamingGraph:
+        if num_workers > 0:
+            # A worker of any DataLoader (not only streaming_dataloader's) ends with the
+            # training process; idempotent, and a no-op when worker_init_fn did it already.
+            guard_worker()
         if isinstance(self.source, ListedHttpSource):
             self.source.set_http_options(http_options(self.config, num_workers))
         return build_streaming_graph(
@@ -360,7 +369,10 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     """A ``StatefulDataLoader`` for ``dataset`` as LeRobot training builds it.
 
     ``num_workers`` is clamped to what the rank can feed (with a warning); workers persist
-    across epochs so the streaming order moves on to the next epoch.
+    across epochs so the streaming order moves on to the next epoch. Workers (and the
+    forkserver) end within about a second of the training process, however it ends: the
+    ``worker_init_fn`` is wrapped in :class:`~lerobot_nodes.lifeline.GuardedWorkerInit`,
+    which still calls a ``worker_init_fn`` given here.
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -371,9 +383,26 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
             persistent_workers=True,
             prefetch_factor=kwargs.pop("prefetch_factor", 4),
             multiprocessing_context=kwargs.pop("multiprocessing_context", None) or worker_context(),
+            worker_init_fn=GuardedWorkerInit(kwargs.pop("worker_init_fn", None)),
         )
     options.update(kwargs)
     return StatefulDataLoader(dataset, **options)
+
+
+def shutdown_dataloader(loader: Any) -> None:
+    """Stop ``loader``'s worker processes now and wait for them.
+
+    Persistent workers otherwise live until the loader is garbage collected. This is the
+    shutdown torch runs when an iterator is collected (``_shutdown_workers``: tell each
+    worker to stop, join it for up to 5 s, terminate it if it has not stopped); idempotent,
+    and a no-op without workers.
+    """
+    iterator = getattr(loader, "_iterator", None)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+    if iterator is not None:
+        loader._iterator = None
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
@@ -381,7 +410,8 @@ def worker_context() -> multiprocessing.context.BaseContext:
 
     A forked worker inherits FFmpeg decoders whose threads stayed in the parent, and freeing
     them crashes the worker (LeRobot trains with ``spawn`` for this reason). ``forkserver``
-    starts workers as clean as ``spawn`` but imports this package once, in the server.
+    starts workers as clean as ``spawn`` but imports this package once, in the server; that
+    import also makes the server end with the process that started it (``lerobot_nodes.lifeline``).
     """
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
