@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from .signals import Stopped, stopping_on_signals
+
 
 def describe_value(value: Any) -> str:
     if isinstance(value, torch.Tensor):
@@ -152,7 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.flags = [*args.flags, *unknown]
         else:
             parser.error(f"unknown arguments {unknown}")
-    return int(args.handler(args))
+    with stopping_on_signals():
+        try:
+            return int(args.handler(args))
+        except Stopped as stop:
+            print(stop.message(f"lerobot-nodes {args.command}"), file=sys.stderr)
+            return stop.exit_code
 
 
 if __name__ == "__main__":

@@ -18,11 +18,13 @@ import torch
 from tqdm import tqdm
 
 from ..config import StreamingConfig
-from ..dataset import StreamingLeRobotDataset, batch_samples, streaming_dataloader
+from ..dataset import StreamingLeRobotDataset, batch_samples, shutdown_dataloader, streaming_dataloader
 from ..errors import ConfigError
+from ..lifeline import GuardedWorkerInit
 from ..map_style import MapStyleLeRobotDataset
 from ..meta import load_meta
 from ..sources.resolve import open_source
+from .signals import Stopped, raise_if_stopped
 
 WINDOWS = ("none", "act", "diffusion")
 CHECKPOINT_VERSION = 1
@@ -132,33 +134,38 @@ def run_stream(
     recorder = open(record, "a") if record else None  # noqa: SIM115 - closed in finally
     step = start_step
     try:
-        progress = tqdm(total=steps, initial=start_step, disable=quiet, unit="batch", dynamic_ncols=True)
-        while step < steps:
-            for batch in dataset.metrics.timed(loader, batch_samples):
-                step += 1
-                if step == start_step + 1 and not quiet:
-                    progress.write("first batch: " + describe_batch(batch))
-                if recorder is not None:
-                    pairs = list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=False))
-                    recorder.write(json.dumps({"step": step, "samples": pairs}) + "\n")
-                    recorder.flush()
-                report = dataset.metrics.report()
-                progress.set_postfix(samples_per_s=f"{report.samples_per_second:.1f}", refresh=False)
-                progress.update(1)
-                if log_freq and step % log_freq == 0:
-                    logging.getLogger("lerobot_nodes").info("step %d: %s", step, report.line())
-                if save_checkpoint and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
-                    _save(save_checkpoint, loader, dataset, step, batch_size, num_workers)
-                if step >= steps:
-                    break
-        progress.close()
+        with tqdm(total=steps, initial=start_step, disable=quiet, unit="batch", dynamic_ncols=True) as progress:
+            while step < steps:
+                for batch in dataset.metrics.timed(loader, batch_samples):
+                    raise_if_stopped()
+                    step += 1
+                    if step == start_step + 1 and not quiet:
+                        progress.write("first batch: " + describe_batch(batch))
+                    if recorder is not None:
+                        pairs = list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=False))
+                        recorder.write(json.dumps({"step": step, "samples": pairs}) + "\n")
+                        recorder.flush()
+                    report = dataset.metrics.report()
+                    progress.set_postfix(samples_per_s=f"{report.samples_per_second:.1f}", refresh=False)
+                    progress.update(1)
+                    if log_freq and step % log_freq == 0:
+                        logging.getLogger("lerobot_nodes").info("step %d: %s", step, report.line())
+                    if save_checkpoint and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
+                        _save(save_checkpoint, loader, dataset, step, batch_size, num_workers)
+                    if step >= steps:
+                        break
+        if not quiet:
+            print("end of run:")
+            print(dataset.metrics.report().table())
+    except Stopped as stop:
+        stop.detail = f"after step {step} of {steps}; DataLoader workers shut down"
+        raise
     finally:
+        # Workers first: they write the shared counters the last line releases.
+        shutdown_dataloader(loader)
         if recorder is not None:
             recorder.close()
-    if not quiet:
-        print("end of run:")
-        print(dataset.metrics.report().table())
-    dataset.counters.close()
+        dataset.counters.close()
     return 0
 
 
@@ -206,11 +213,18 @@ def _run_map_style(common: dict[str, Any], batch_size: int, num_workers: int, st
     from torch.utils.data import DataLoader, RandomSampler
 
     dataset = MapStyleLeRobotDataset(**common)
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, sampler=RandomSampler(dataset))
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        sampler=RandomSampler(dataset),
+        worker_init_fn=GuardedWorkerInit() if num_workers > 0 else None,
+    )
     step = 0
     with tqdm(total=steps, disable=quiet, unit="batch") as progress:
         while step < steps:
             for _ in loader:
+                raise_if_stopped()
                 step += 1
                 progress.update(1)
                 if step >= steps:
