@@ -1,6 +1,8 @@
 """``StreamingLeRobotDataset``: the streaming graph behind a (Stateful)DataLoader.
 
-The dataset object holds configuration only. Each DataLoader worker (or the training process
+The dataset object holds configuration, and in the training process the MP4 indexes of the
+selected episodes, opened and checked against the metadata at construction (a worker opens
+its own from the cache that open fills). Each DataLoader worker (or the training process
 when ``num_workers=0``) builds its own graph on its first ``iter()``, from the rank and
 world size captured here in the main process (spawned workers may not see
 ``torch.distributed``). The dataset is ``Stateful``: ``StatefulDataLoader`` saves every
@@ -28,14 +30,18 @@ from .errors import ConfigError
 from .lifeline import GuardedWorkerInit, guard_forkserver, guard_worker
 from .meta import DatasetMeta, load_meta, select_episodes
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
+from .mp4.index import VideoIndex
+from .nodes.episode_fetch import VideoIndexLike, VideoIndexProvider, default_index_provider
 from .nodes.graph import StreamingGraph, build_streaming_graph
 from .nodes.sharder import max_workers_for_rank, worker_episodes
 from .resume import WorkerOffset, resume_point
 from .sample import SampleSpec
+from .sidecar import open_video_indexes
 from .sources import ByteSource
 from .sources.http_range import HttpOptions
 from .sources.listed import ListedHttpSource
 from .sources.resolve import open_source
+from .video_checks import check_video_metadata
 
 logger = logging.getLogger("lerobot_nodes.dataset")
 
@@ -73,6 +79,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     Guarantees: over one epoch the ranks and workers together yield every frame of the
     selected episodes exactly once; the same seed gives the same order; a state saved by
     ``StatefulDataLoader`` (or :meth:`state_dict`) resumes exactly where it was taken.
+    Construction raises :class:`MetadataError` when the MP4s of the selected episodes
+    contradict the metadata (``lerobot_nodes.video_checks``), before any worker starts.
     """
 
     def __init__(
@@ -116,6 +124,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         # Validate now, in the main process, so errors do not surface inside workers.
         SampleSpec.from_meta(self.meta, self.delta_timestamps, tolerance_s)
         self.max_workers = max_workers_for_rank(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
+        self._indexes: dict[str, VideoIndex] | None = self._open_indexes()
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
         self.metrics = StreamingMetrics(self.counters)
         self._graph: StreamingGraph | None = None
@@ -127,6 +136,35 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self._pending_state: dict[str, Any] | None = None
         self._pending_step: tuple[int, int, int] | None = None
         self._iterated = False
+
+    def _open_indexes(self) -> dict[str, VideoIndex]:
+        """The MP4 indexes of the selected episodes, checked against the metadata.
+
+        Opened here, in the main process, so that metadata the videos contradict (camera info,
+        spans past the end of a file) fails the construction instead of a frame mid-epoch.
+        Workers open their own share again, from the cache this open fills.
+        """
+        paths = self.meta.video_files(self.episodes)
+        indexes = open_video_indexes(
+            self.source, self.meta, paths, lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s
+        )
+        check_video_metadata(self.meta, indexes, self.episodes, self.tolerance_s)
+        return indexes
+
+    def _opened_index_provider(self) -> VideoIndexProvider | None:
+        """The indexes opened at construction, for a graph built in this process."""
+        opened = self._indexes
+        if opened is None:
+            return None
+        fallback = default_index_provider(self.source, self.meta, self.config.streaming_sidecar_lock_timeout_s)
+
+        def provide(paths: Sequence[str]) -> Mapping[str, VideoIndexLike]:
+            missing = [path for path in paths if path not in opened]
+            found: dict[str, VideoIndexLike] = dict(fallback(missing)) if missing else {}
+            found.update((path, opened[path]) for path in paths if path in opened)
+            return found
+
+        return provide
 
     def _lengths(self) -> list[int]:
         """Frame counts of the selected episodes, aligned with ``self.episodes``."""
@@ -153,6 +191,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         state = self.__dict__.copy()
         state["_graph"] = None
         state["_graph_topology"] = None
+        state["_indexes"] = None  # a worker opens the indexes of its own episodes
         return state
 
     # -- iteration ------------------------------------------------------------------------
@@ -190,6 +229,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             image_transforms=self.image_transforms,
             transforms_on_consumer=num_workers == 0,
             return_uint8=self.return_uint8,
+            index_provider=self._opened_index_provider(),
             metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS),
         )
 
