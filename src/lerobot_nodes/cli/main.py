@@ -77,6 +77,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     from ..meta import load_meta
     from ..sources.resolve import open_source
     from ..testing import ensure_demo_dataset
+    from ..video_checks import video_problems
     from .flags import split_flags
 
     dataset, _, _, _ = split_flags(args.flags)
@@ -88,17 +89,20 @@ def run_inspect(args: argparse.Namespace) -> int:
     )
     meta = load_meta(source)
     print(meta.summary())
-    print(describe_sidecar(source, meta))
-    return 0
+    indexes, description = open_sidecar(source, meta)
+    print(description)
+    problems = video_problems(meta, indexes, range(len(meta.episodes)), float(dataset.get("tolerance_s", 1e-4)))
+    print(describe_video_problems(meta, problems))
+    return 1 if problems else 0
 
 
-def describe_sidecar(source: Any, meta: Any) -> str:
-    """Where the MP4 index of every video file comes from, opening (or building) it if needed."""
+def open_sidecar(source: Any, meta: Any) -> tuple[dict[str, Any], str]:
+    """The MP4 index of every video file, opened (or built) from the sidecar cache, and where each came from."""
     from ..sidecar import SidecarCache
 
     paths = meta.video_files()
     if not paths:
-        return "MP4 sidecar: the dataset has no videos"
+        return {}, "MP4 sidecar: the dataset has no videos"
     started = time.perf_counter()
     indexes, report = SidecarCache().open(source, paths, dataset_id=meta.repo_id)
     samples = sum(len(index.sizes) for index in indexes.values())
@@ -110,7 +114,19 @@ def describe_sidecar(source: Any, meta: Any) -> str:
         f"  index arrays: {nbytes / max(1, samples):.1f} bytes per frame",
     ]
     lines += [f"  rebuilt {path}: {reason}" for path, reason in report.stale.items()]
-    return "\n".join(lines)
+    return indexes, "\n".join(lines)
+
+
+def describe_video_problems(meta: Any, problems: list[str]) -> str:
+    """The result of the metadata-against-video checks (``lerobot_nodes.video_checks``)."""
+    if not meta.video_keys:
+        return "video metadata: no videos to check"
+    if not problems:
+        return (
+            f"video metadata: the camera info of {len(meta.video_keys)} cameras and the video spans of "
+            f"{len(meta.episodes)} episodes agree with the MP4 streams"
+        )
+    return "\n".join([f"video metadata: {len(problems)} problem(s)", *(f"  {problem}" for problem in problems)])
 
 
 def build_parser() -> argparse.ArgumentParser:
