@@ -3,8 +3,10 @@
 ``lerobot-nodes stream`` (also the default with no command) streams a dataset through
 ``StatefulDataLoader`` as LeRobot training does; with no ``--dataset.root`` it uses the
 built-in demo dataset, generated into the LeRobot cache on first use. ``lerobot-nodes
-inspect`` summarises a dataset and its MP4 sidecar; ``lerobot-nodes demo`` reads a few samples
-with the map-style reader.
+inspect`` summarises a dataset and its MP4 sidecar and lists every way its metadata disagrees
+with its videos (exit status 1 if any); ``lerobot-nodes demo`` reads a few samples with the
+map-style reader. SIGTERM and SIGINT stop a command cleanly: one line on stderr, exit status
+128 + the signal.
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--record", default=None, help="append the (episode, frame) of every sample to this file")
     stream.add_argument("--quiet", action="store_true")
     stream.set_defaults(handler=run_stream_command)
-    inspect = commands.add_parser("inspect", help="summarise a dataset and its MP4 sidecar index")
+    inspect = commands.add_parser("inspect", help="summarise a dataset and its MP4 sidecar index, and check its metadata against its videos")
     inspect.add_argument("flags", nargs="*", help="--dataset.root=PATH or --dataset.repo_id=OWNER/NAME")
     inspect.set_defaults(handler=run_inspect)
     demo = commands.add_parser("demo", help="read the built-in demo dataset and print samples")
