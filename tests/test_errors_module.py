@@ -9,8 +9,8 @@ import lerobot_nodes
 from lerobot_nodes import errors
 
 PACKAGE_ROOT = Path(lerobot_nodes.__file__).parent
-PRIVATE_SIGNALS = {"_Retry", "_Redirected"}
-"""Control-flow exceptions that never leave their module."""
+PRIVATE_SIGNALS = {"_Retry", "_Redirected", "Stopped"}
+"""Control-flow exceptions that never leave their module (``Stopped``: a signal, caught by the CLI's main)."""
 TEST_SERVER = {"HttpError"}
 """The loopback Hub's internal route error (lerobot_nodes.testing), never raised to users."""
 

@@ -1,6 +1,8 @@
 """``StreamingLeRobotDataset``: the streaming graph behind a (Stateful)DataLoader.
 
-The dataset object holds configuration only. Each DataLoader worker (or the training process
+The dataset object holds configuration, and in the training process the MP4 indexes of the
+selected episodes, opened and checked against the metadata at construction (a worker opens
+its own from the cache that open fills). Each DataLoader worker (or the training process
 when ``num_workers=0``) builds its own graph on its first ``iter()``, from the rank and
 world size captured here in the main process (spawned workers may not see
 ``torch.distributed``). The dataset is ``Stateful``: ``StatefulDataLoader`` saves every
@@ -25,18 +27,26 @@ from .config import StreamingConfig, resolve_seed
 from .dataset_properties import LeRobotDatasetProperties
 from .errors import ConfigError
 from .identity import check_identity, dataset_identity
+from .lifeline import GuardedWorkerInit, guard_forkserver, guard_worker
 from .meta import DatasetMeta, load_meta, select_episodes
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
+from .mp4.index import VideoIndex
 from .nodes.graph import StreamingGraph, build_streaming_graph
 from .nodes.sharder import max_workers_for_rank, worker_episodes
 from .resume import WorkerOffset, resume_point
 from .sample import SampleSpec
+from .sidecar import open_video_indexes
 from .sources import ByteSource
 from .sources.http_range import HttpOptions
 from .sources.listed import ListedHttpSource
 from .sources.resolve import open_source
+from .video_checks import check_video_metadata
 
 logger = logging.getLogger("lerobot_nodes.dataset")
+
+# worker_context() has the forkserver preload this module: there (and only there) this ties
+# the server's life to the training process that started it.
+guard_forkserver()
 
 STATE_VERSION = 1
 GRAPH_KEY = "graph"
@@ -69,6 +79,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     Guarantees: over one epoch the ranks and workers together yield every frame of the
     selected episodes exactly once; the same seed gives the same order; a state saved by
     ``StatefulDataLoader`` (or :meth:`state_dict`) resumes exactly where it was taken.
+    Construction raises :class:`MetadataError` when the MP4s of the selected episodes
+    contradict the metadata (``lerobot_nodes.video_checks``), before any worker starts.
     """
 
     def __init__(
@@ -114,6 +126,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         # What a saved state is checked against on load: the dataset, the selection, the schedule settings.
         self.identity = dataset_identity(self.source.url, self.source.revision, self.meta, self.episodes, config)
         self.max_workers = max_workers_for_rank(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
+        self._indexes: dict[str, VideoIndex] | None = self._open_indexes()
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
         self.metrics = StreamingMetrics(self.counters)
         self._graph: StreamingGraph | None = None
@@ -125,6 +138,20 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self._pending_state: dict[str, Any] | None = None
         self._pending_step: tuple[int, int, int] | None = None
         self._iterated = False
+
+    def _open_indexes(self) -> dict[str, VideoIndex]:
+        """The MP4 indexes of the selected episodes, checked against the metadata.
+
+        Opened here, in the main process, so that metadata the videos contradict (camera info,
+        spans past the end of a file) fails the construction instead of a frame mid-epoch.
+        Workers open their own share again, from the cache this open fills.
+        """
+        paths = self.meta.video_files(self.episodes)
+        indexes = open_video_indexes(
+            self.source, self.meta, paths, lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s
+        )
+        check_video_metadata(self.meta, indexes, self.episodes, self.tolerance_s)
+        return indexes
 
     def _lengths(self) -> list[int]:
         """Frame counts of the selected episodes, aligned with ``self.episodes``."""
@@ -151,6 +178,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         state = self.__dict__.copy()
         state["_graph"] = None
         state["_graph_topology"] = None
+        state["_indexes"] = None  # a worker opens the indexes of its own episodes
         return state
 
     # -- iteration ------------------------------------------------------------------------
@@ -166,6 +194,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         return worker_id, num_workers
 
     def _build_graph(self, worker_id: int, num_workers: int, epoch: int) -> StreamingGraph:
+        if num_workers > 0:
+            # A worker of any DataLoader (not only streaming_dataloader's) ends with the
+            # training process; idempotent, and a no-op when worker_init_fn did it already.
+            guard_worker()
         if isinstance(self.source, ListedHttpSource):
             self.source.set_http_options(http_options(self.config, num_workers))
         return build_streaming_graph(
@@ -184,6 +216,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             image_transforms=self.image_transforms,
             transforms_on_consumer=num_workers == 0,
             return_uint8=self.return_uint8,
+            opened_indexes=self._indexes,
             metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS),
         )
 
@@ -366,7 +399,10 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     """A ``StatefulDataLoader`` for ``dataset`` as LeRobot training builds it.
 
     ``num_workers`` is clamped to what the rank can feed (with a warning); workers persist
-    across epochs so the streaming order moves on to the next epoch.
+    across epochs so the streaming order moves on to the next epoch. Workers (and the
+    forkserver) end within about a second of the training process, however it ends: the
+    ``worker_init_fn`` is wrapped in :class:`~lerobot_nodes.lifeline.GuardedWorkerInit`,
+    which still calls a ``worker_init_fn`` given here.
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -377,9 +413,26 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
             persistent_workers=True,
             prefetch_factor=kwargs.pop("prefetch_factor", 4),
             multiprocessing_context=kwargs.pop("multiprocessing_context", None) or worker_context(),
+            worker_init_fn=GuardedWorkerInit(kwargs.pop("worker_init_fn", None)),
         )
     options.update(kwargs)
     return StatefulDataLoader(dataset, **options)
+
+
+def shutdown_dataloader(loader: Any) -> None:
+    """Stop ``loader``'s worker processes now and wait for them.
+
+    Persistent workers otherwise live until the loader is garbage collected. This is the
+    shutdown torch runs when an iterator is collected (``_shutdown_workers``: tell each
+    worker to stop, join it for up to 5 s, terminate it if it has not stopped); idempotent,
+    and a no-op without workers.
+    """
+    iterator = getattr(loader, "_iterator", None)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+    if iterator is not None:
+        loader._iterator = None
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
@@ -387,7 +440,8 @@ def worker_context() -> multiprocessing.context.BaseContext:
 
     A forked worker inherits FFmpeg decoders whose threads stayed in the parent, and freeing
     them crashes the worker (LeRobot trains with ``spawn`` for this reason). ``forkserver``
-    starts workers as clean as ``spawn`` but imports this package once, in the server.
+    starts workers as clean as ``spawn`` but imports this package once, in the server; that
+    import also makes the server end with the process that started it (``lerobot_nodes.lifeline``).
     """
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")

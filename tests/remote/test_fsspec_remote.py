@@ -85,10 +85,10 @@ def test_memory_store_has_no_stable_identity_and_rebuilds_indexes_every_open(loc
     fs = fsspec.filesystem("memory")
     fs.put(str(local_dataset), "/lerobot-small", recursive=True)
     try:
-        dataset = streaming("memory://lerobot-small")
-        assert not dataset.source.has_stable_identity
-        with caplog.at_level("INFO", logger="lerobot_nodes.sidecar"):
+        with caplog.at_level("INFO", logger="lerobot_nodes.sidecar"):  # the open indexes the videos
+            dataset = streaming("memory://lerobot-small")
             samples = epoch_samples(dataset, num_workers=0)
+        assert not dataset.source.has_stable_identity
         assert any("no stable file identities" in r.getMessage() for r in caplog.records)
         assert_epoch_matches_local(samples, local_dataset)
         from lerobot_nodes.meta import load_meta

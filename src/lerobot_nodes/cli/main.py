@@ -3,9 +3,11 @@
 ``lerobot-nodes stream`` (also the default with no command) streams a dataset through
 ``StatefulDataLoader`` as LeRobot training does; with no ``--dataset.root`` it uses the
 built-in demo dataset, generated into the LeRobot cache on first use. ``lerobot-nodes
-inspect`` summarises a dataset and its MP4 sidecar; ``lerobot-nodes demo`` reads a few samples
-with the map-style reader; ``lerobot-nodes cache list|clear`` shows or removes the local index
-and metadata caches.
+inspect`` summarises a dataset and its MP4 sidecar and lists every way its metadata disagrees
+with its videos (exit status 1 if any); ``lerobot-nodes demo`` reads a few samples with the
+map-style reader; ``lerobot-nodes cache list|clear`` shows or removes the local index and
+metadata caches. SIGTERM and SIGINT stop a command cleanly: one line on stderr, exit status
+128 + the signal.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from .console import (
     exit_process,
     run_reporting_errors,
 )
+from .signals import Stopped, stopping_on_signals
 
 PROG = "lerobot-nodes"
 COMMANDS = ("stream", "inspect", "demo", "cache")
 DEFAULT_COMMAND = "stream"
 FLAG_COMMANDS = ("stream", "inspect")
 """Commands that take LeRobot-style flags (``--dataset.root=PATH``)."""
-INSPECT_FLAGS = ("root", "repo_id", "revision")
+INSPECT_FLAGS = ("root", "repo_id", "revision", "tolerance_s")
 
 
 def describe_value(value: Any) -> str:
@@ -90,6 +93,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     from ..meta import load_meta
     from ..sources.resolve import open_source
     from ..testing import ensure_demo_dataset
+    from ..video_checks import video_problems
 
     ignored = [f"--dataset.{name}" for name in (*args.dataset, *args.streaming) if name not in INSPECT_FLAGS]
     ignored += [f"--{name}" for name in args.training]
@@ -104,17 +108,20 @@ def run_inspect(args: argparse.Namespace) -> int:
     )
     meta = load_meta(source)
     print(meta.summary())
-    print(describe_sidecar(source, meta))
-    return 0
+    indexes, description = open_sidecar(source, meta)
+    print(description)
+    problems = video_problems(meta, indexes, range(len(meta.episodes)), float(args.dataset.get("tolerance_s", 1e-4)))
+    print(describe_video_problems(meta, problems))
+    return 1 if problems else 0
 
 
-def describe_sidecar(source: Any, meta: Any) -> str:
-    """Where the MP4 index of every video file comes from, opening (or building) it if needed."""
+def open_sidecar(source: Any, meta: Any) -> tuple[dict[str, Any], str]:
+    """The MP4 index of every video file, opened (or built) from the sidecar cache, and where each came from."""
     from ..sidecar import SidecarCache
 
     paths = meta.video_files()
     if not paths:
-        return "MP4 sidecar: the dataset has no videos"
+        return {}, "MP4 sidecar: the dataset has no videos"
     started = time.perf_counter()
     indexes, report = SidecarCache().open(source, paths, dataset_id=meta.repo_id)
     samples = sum(len(index.sizes) for index in indexes.values())
@@ -126,7 +133,19 @@ def describe_sidecar(source: Any, meta: Any) -> str:
         f"  index arrays: {nbytes / max(1, samples):.1f} bytes per frame",
     ]
     lines += [f"  rebuilt {path}: {reason}" for path, reason in report.stale.items()]
-    return "\n".join(lines)
+    return indexes, "\n".join(lines)
+
+
+def describe_video_problems(meta: Any, problems: list[str]) -> str:
+    """The result of the metadata-against-video checks (``lerobot_nodes.video_checks``)."""
+    if not meta.video_keys:
+        return "video metadata: no videos to check"
+    if not problems:
+        return (
+            f"video metadata: the camera info of {len(meta.video_keys)} cameras and the video spans of "
+            f"{len(meta.episodes)} episodes agree with the MP4 streams"
+        )
+    return "\n".join([f"video metadata: {len(problems)} problem(s)", *(f"  {problem}" for problem in problems)])
 
 
 def run_cache_command(args: argparse.Namespace) -> int:
@@ -208,9 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         parents=[debug],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        help="summarise a dataset and its MP4 sidecar index",
+        help="summarise a dataset and its MP4 sidecar index, and check its metadata against its videos",
         usage="%(prog)s [--dataset.root PATH | --dataset.repo_id OWNER/NAME] [--dataset.revision REV] [--debug]",
-        description="Summarise a dataset (default: the built-in demo) and its MP4 sidecar index.",
+        description="Summarise a dataset (default: the built-in demo) and its MP4 sidecar index, and list every "
+        "way meta/info.json or meta/episodes disagrees with the MP4 streams (exit status 1 if any).",
         epilog=flags_help({"flags": [f for f in DATASET_FLAGS if f.key in INSPECT_FLAGS]}),
     )
     inspect.set_defaults(handler=run_inspect)
@@ -284,7 +304,12 @@ def _run(argv: list[str]) -> int:
         flags = {"dataset": dataset, "streaming": streaming, "training": training}
     args = build_parser().parse_args([command, *rest])
     vars(args).update(flags)
-    return int(args.handler(args))
+    with stopping_on_signals():
+        try:
+            return int(args.handler(args))
+        except Stopped as stop:
+            print(stop.message(f"{PROG} {args.command}"), file=sys.stderr)
+            return stop.exit_code
 
 
 def console_script() -> NoReturn:

@@ -21,13 +21,15 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..config import StreamingConfig
-from ..dataset import StreamingLeRobotDataset, streaming_dataloader
+from ..dataset import StreamingLeRobotDataset, shutdown_dataloader, streaming_dataloader
 from ..errors import ConfigError
 from ..identity import check_identity
+from ..lifeline import GuardedWorkerInit
 from ..map_style import MapStyleLeRobotDataset
 from ..meta import load_meta
 from ..sources.resolve import open_source
 from .flags import DATASET_FLAGS, TRAINING_FLAGS, with_defaults
+from .signals import Stopped, raise_if_stopped
 
 EACH_CAMERA = "each camera"
 POLICY_WINDOWS: dict[str, dict[str, range]] = {
@@ -181,29 +183,38 @@ def _stream_steps(
         )
     step = start_step
     # Both close on an error too, so the error line starts on a line of its own.
-    with (
-        open(record, "a") if record else contextlib.nullcontext() as recorder,
-        tqdm(total=steps, initial=start_step, disable=quiet, unit="batch", dynamic_ncols=True) as progress,
-        logging_redirect_tqdm(loggers=[logging.getLogger("lerobot_nodes")]),  # log lines above the bar
-    ):
-        while step < steps:
-            for batch in dataset.metrics.timed(loader):
-                step += 1
-                if step == start_step + 1 and not quiet:
-                    progress.write("first batch: " + describe_batch(batch))
-                if recorder is not None:
-                    pairs = list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=False))
-                    recorder.write(json.dumps({"step": step, "samples": pairs}) + "\n")
-                    recorder.flush()
-                report = dataset.metrics.report()
-                progress.set_postfix(samples_per_s=f"{report.samples_per_second:.1f}", refresh=False)
-                progress.update(1)
-                if log_freq and step % log_freq == 0:
-                    logging.getLogger("lerobot_nodes").info("step %d: %s", step, report.line())
-                if save_checkpoint and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
-                    _save(save_checkpoint, loader, dataset, step, batch_size, num_workers)
-                if step >= steps:
-                    break
+    try:
+        # Both close on an error too, so the error line starts on a line of its own.
+        with (
+            open(record, "a") if record else contextlib.nullcontext() as recorder,
+            tqdm(total=steps, initial=start_step, disable=quiet, unit="batch", dynamic_ncols=True) as progress,
+            logging_redirect_tqdm(loggers=[logging.getLogger("lerobot_nodes")]),  # log lines above the bar
+        ):
+            while step < steps:
+                for batch in dataset.metrics.timed(loader):
+                    raise_if_stopped()
+                    step += 1
+                    if step == start_step + 1 and not quiet:
+                        progress.write("first batch: " + describe_batch(batch))
+                    if recorder is not None:
+                        pairs = list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=False))
+                        recorder.write(json.dumps({"step": step, "samples": pairs}) + "\n")
+                        recorder.flush()
+                    report = dataset.metrics.report()
+                    progress.set_postfix(samples_per_s=f"{report.samples_per_second:.1f}", refresh=False)
+                    progress.update(1)
+                    if log_freq and step % log_freq == 0:
+                        logging.getLogger("lerobot_nodes").info("step %d: %s", step, report.line())
+                    if save_checkpoint and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
+                        _save(save_checkpoint, loader, dataset, step, batch_size, num_workers)
+                    if step >= steps:
+                        break
+    except Stopped as stop:
+        stop.detail = f"after step {step} of {steps}; DataLoader workers shut down"
+        raise
+    finally:
+        # Workers first: they write the shared counters the caller then releases.
+        shutdown_dataloader(loader)
     if not quiet:
         print("end of run:")
         print(dataset.metrics.report().table())
@@ -321,7 +332,13 @@ def _run_map_style(common: dict[str, Any], batch_size: int, num_workers: int, st
     from ..metrics import StreamingMetrics
 
     dataset = MapStyleLeRobotDataset(**common)
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, sampler=RandomSampler(dataset))
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        sampler=RandomSampler(dataset),
+        worker_init_fn=GuardedWorkerInit() if num_workers > 0 else None,
+    )
     metrics = StreamingMetrics()
     if not quiet:
         print(dataset.meta.summary())
@@ -331,6 +348,7 @@ def _run_map_style(common: dict[str, Any], batch_size: int, num_workers: int, st
     with tqdm(total=steps, disable=quiet, unit="batch") as progress:
         while step < steps:
             for _ in metrics.timed(loader):
+                raise_if_stopped()
                 step += 1
                 progress.update(1)
                 if step >= steps:

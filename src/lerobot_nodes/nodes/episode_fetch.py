@@ -44,6 +44,18 @@ def default_index_provider(source: ByteSource, meta: DatasetMeta, lock_timeout_s
     return from_sidecar
 
 
+def preferring_opened(provider: VideoIndexProvider, opened: Mapping[str, VideoIndex]) -> VideoIndexProvider:
+    """``provider``, serving the indexes already in ``opened`` without asking it again."""
+
+    def provide(paths: Sequence[str]) -> Mapping[str, VideoIndex]:
+        missing = [path for path in paths if path not in opened]
+        found: dict[str, VideoIndex] = dict(provider(missing)) if missing else {}
+        found.update((path, opened[path]) for path in paths if path in opened)
+        return found
+
+    return provide
+
+
 def direct_index_provider(source: ByteSource) -> VideoIndexProvider:
     """Indexes parsed from each file's ``moov`` (two range reads per file, no cache)."""
     from ..mp4 import read_index_from_source

@@ -20,11 +20,12 @@ from torchdata.nodes import BaseNode, Mapper
 
 from ..config import StreamingConfig, resolve_seed
 from ..meta import DatasetMeta
+from ..mp4.index import VideoIndex
 from ..sample import SampleSpec
 from ..sources import ByteSource
 from .byte_cache import ByteBudget, EpisodeByteCache
 from .decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, apply_image_transforms
-from .episode_fetch import EpisodeFetcher, VideoIndexProvider
+from .episode_fetch import EpisodeFetcher, VideoIndexProvider, default_index_provider, preferring_opened
 from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
 from .pool_sampler import EpisodePoolSampler
@@ -121,6 +122,7 @@ def build_streaming_graph(
     transforms_on_consumer: bool = False,
     return_uint8: bool = False,
     index_provider: VideoIndexProvider | None = None,
+    opened_indexes: Mapping[str, VideoIndex] | None = None,
     decoder_factory: ClipDecoderFactory | None = None,
     metrics: MetricsSink | None = None,
 ) -> StreamingGraph:
@@ -130,7 +132,8 @@ def build_streaming_graph(
     ``num_workers``. ``seed=None`` uses the streaming seed 42; ``epoch`` is the first epoch
     (each ``reset(None)`` after an iteration moves to the next). With ``transforms_on_consumer``
     image transforms run on the thread that iterates the root (for ``num_workers=0``), else on
-    the decode threads. ``index_provider`` defaults to the sidecar (or per-file MP4 indexes).
+    the decode threads. ``index_provider`` defaults to the sidecar (or per-file MP4 indexes),
+    which serves the indexes of ``opened_indexes`` (opened by this process already) as they are.
     """
     config = config or StreamingConfig()
     seed = resolve_seed(seed)
@@ -147,11 +150,17 @@ def build_streaming_graph(
         seed=seed,
         initial_epoch=epoch,
     )
+    if index_provider is None and opened_indexes:
+        provider: VideoIndexProvider | None = preferring_opened(
+            default_index_provider(source, meta, config.streaming_sidecar_lock_timeout_s), opened_indexes
+        )
+    else:
+        provider = index_provider
     fetcher = EpisodeFetcher(
         source,
         meta,
         episodes=sharder.episodes,
-        index_provider=index_provider,
+        index_provider=provider,
         lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
     )
     pool_size = config.worker_pool_size(worker_id, num_workers)

@@ -43,9 +43,15 @@ class ListedHttpSource(ByteSource):
         return self.reader.stats
 
     def set_http_options(self, options: HttpOptions) -> None:
-        """Use ``options`` from now on (each DataLoader worker sets its share of connections)."""
+        """Use ``options`` from now on (each DataLoader worker sets its share of connections).
+
+        The counts carry over, so :attr:`http_stats` stays every request of this source in this
+        process (with no workers: the dataset's index open included).
+        """
+        stats = self.reader.stats
         self.reader.close()
         self.reader = HttpRangeReader(options, self.credentials)
+        self.reader.stats = stats
 
     def list_files(self, prefix: str = "") -> list[FileInfo]:
         return self._listing.under(prefix)

@@ -1,0 +1,94 @@
+"""SIGTERM and SIGINT end a command through its ``finally`` blocks, not mid-air.
+
+``kill``, SLURM and ``docker stop`` send SIGTERM, whose default action ends the process
+without running any cleanup; Ctrl-C raises ``KeyboardInterrupt`` with a traceback. Inside
+:func:`stopping_on_signals` either signal raises :class:`Stopped` on the main thread instead,
+so the command shuts its DataLoader down and the caller prints one line and exits with
+128 + the signal number, as a shell reports a process killed by that signal. A second signal
+while shutting down gets the default action (an impatient second Ctrl-C ends at once; the
+workers and forkserver still end with the process, see ``lerobot_nodes.lifeline``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+HANDLED = (signal.SIGTERM, signal.SIGINT)
+RECEIVING_FROM_WORKERS = (
+    "/multiprocessing/resource_sharer.py",
+    "/multiprocessing/reduction.py",
+    "/torch/multiprocessing/reductions.py",
+)
+"""Code that takes a batch's tensors from a DataLoader worker, one file descriptor per tensor."""
+
+_deferred: list[int] = []
+
+
+class Stopped(BaseException):
+    """A termination signal arrived. A ``BaseException``, like ``KeyboardInterrupt``, so that
+    ``except Exception`` blocks let it through."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.detail = ""
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    def message(self, command: str) -> str:
+        detail = f" {self.detail}" if self.detail else ""
+        return f"{command}: stopped by {signal.Signals(self.signum).name}{detail}"
+
+
+def _receiving_from_worker(frame: FrameType | None) -> bool:
+    """Whether the main thread is in the middle of taking a tensor from a worker.
+
+    Breaking that handshake off makes the worker's descriptor-sharing thread print a
+    ``BrokenPipeError`` traceback while the loader shuts down. It lasts milliseconds, so the
+    stop waits for the batch to arrive (:func:`raise_if_stopped`).
+    """
+    while frame is not None:
+        if frame.f_code.co_filename.replace("\\", "/").endswith(RECEIVING_FROM_WORKERS):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    for handled in HANDLED:
+        signal.signal(handled, signal.SIG_DFL)
+    if _receiving_from_worker(frame):
+        _deferred.append(signum)
+        return
+    raise Stopped(signum)
+
+
+def raise_if_stopped() -> None:
+    """Raise the :class:`Stopped` of a signal that arrived while a batch was being received."""
+    if _deferred:
+        raise Stopped(_deferred.pop())
+
+
+@contextmanager
+def stopping_on_signals() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT raise :class:`Stopped` (main thread only).
+
+    Loops that take batches from DataLoader workers call :func:`raise_if_stopped` once per
+    batch, for a signal that arrived while a batch was being received.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python delivers signals to the main thread only; leave its handlers alone
+        return
+    _deferred.clear()
+    previous = {signum: signal.signal(signum, _stop) for signum in HANDLED}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
