@@ -17,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1] / "tests" / "sidecar"
+TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS))
 
-from sidecar_kill_trials import archive_kill_trials, cache_kill_trials  # noqa: E402
-from sidecar_testkit import Zygote  # noqa: E402
+from sidecar.sidecar_kill_trials import archive_kill_trials, cache_kill_trials  # noqa: E402
+from sidecar.sidecar_testkit import Zygote  # noqa: E402
 
 from lerobot_nodes.testing import write_dataset  # noqa: E402
 

@@ -6,7 +6,9 @@ copy one (``dataset_copy``) before changing it.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,3 +60,21 @@ def dataset_copy(tmp_path: Path) -> Path:
     for path in target.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return target
+
+
+@pytest.fixture
+def unwritable_home(tmp_path):
+    """A folder this process cannot write: a read-only tmpfs for root (which writes through
+    permission bits), a folder without write permission for anyone else."""
+    home = tmp_path / "home"
+    home.mkdir()
+    if os.geteuid() != 0:
+        home.chmod(0o555)
+        yield home
+        home.chmod(0o755)
+        return
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(home)], check=True, timeout=30)
+    try:
+        yield home
+    finally:
+        subprocess.run(["umount", str(home)], check=True, timeout=30)

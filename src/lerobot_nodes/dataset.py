@@ -17,6 +17,7 @@ import multiprocessing
 import multiprocessing.context
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ from .sources.http_range import HttpOptions
 from .sources.listed import ListedHttpSource
 from .sources.resolve import open_source
 from .video_checks import check_video_metadata
+from .worker_logs import WorkerLogRelay
 
 logger = logging.getLogger("lerobot_nodes.dataset")
 
@@ -402,21 +404,35 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     across epochs so the streaming order moves on to the next epoch. Workers (and the
     forkserver) end within about a second of the training process, however it ends: the
     ``worker_init_fn`` is wrapped in :class:`~lerobot_nodes.lifeline.GuardedWorkerInit`,
-    which still calls a ``worker_init_fn`` given here.
+    which still calls a ``worker_init_fn`` given here. What workers log under
+    ``lerobot_nodes`` is logged again in this process (``lerobot_nodes.worker_logs``).
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     num_workers = dataset.clamp_num_workers(num_workers)
     options: dict[str, Any] = {"batch_size": batch_size, "num_workers": num_workers, "shuffle": False, "drop_last": False}
+    relay: WorkerLogRelay | None = None
     if num_workers > 0:
+        context = kwargs.pop("multiprocessing_context", None) or worker_context()
+        if isinstance(context, str):
+            context = multiprocessing.get_context(context)
+        relay = WorkerLogRelay(context)
         options.update(
             persistent_workers=True,
             prefetch_factor=kwargs.pop("prefetch_factor", 4),
-            multiprocessing_context=kwargs.pop("multiprocessing_context", None) or worker_context(),
-            worker_init_fn=GuardedWorkerInit(kwargs.pop("worker_init_fn", None)),
+            multiprocessing_context=context,
+            worker_init_fn=GuardedWorkerInit(relay.worker_init_fn(kwargs.pop("worker_init_fn", None))),
         )
     options.update(kwargs)
-    return StatefulDataLoader(dataset, **options)
+    loader = StatefulDataLoader(dataset, **options)
+    if relay is not None:
+        relay.close_with(loader)
+        _LOG_RELAYS[loader] = relay
+    return loader
+
+
+_LOG_RELAYS: weakref.WeakKeyDictionary[Any, WorkerLogRelay] = weakref.WeakKeyDictionary()
+"""The worker-log relay of each loader ``streaming_dataloader`` built, closed by ``shutdown_dataloader``."""
 
 
 def shutdown_dataloader(loader: Any) -> None:
@@ -433,6 +449,9 @@ def shutdown_dataloader(loader: Any) -> None:
         shutdown()
     if iterator is not None:
         loader._iterator = None
+    relay = _LOG_RELAYS.pop(loader, None)
+    if relay is not None:
+        relay.close()  # after the workers: their last records are relayed first
 
 
 def worker_context() -> multiprocessing.context.BaseContext:

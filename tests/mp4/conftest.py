@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from mp4_media import encode_with_pts
 
 from lerobot_nodes.testing.video import concatenate_videos, encode_video, synthetic_frames, video_duration_s
+
+from .mp4_media import encode_with_pts
 
 HEIGHT, WIDTH = 64, 96
 

@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from mp4_media import decoded_frames
 
 from lerobot_nodes.errors import FrameTimestampError, VideoIndexError
 from lerobot_nodes.mp4 import (
@@ -28,6 +27,8 @@ from lerobot_nodes.mp4 import (
 )
 from lerobot_nodes.mp4.plan import plan_clip
 from lerobot_nodes.sources import LocalSource
+
+from .mp4_media import decoded_frames
 
 
 def _clip(path: Path, plan: ClipPlan) -> bytes:

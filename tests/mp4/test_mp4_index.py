@@ -8,8 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mp4_edit import Node, move_payload_beyond, read_table, rewrite_moov, stbl, stco_to_co64, table_box
-from mp4_media import decoded_frames, demuxed_packets, encode_with_pts
 
 from lerobot_nodes.errors import SourceFileNotFoundError, VideoIndexError
 from lerobot_nodes.mp4 import (
@@ -22,6 +20,9 @@ from lerobot_nodes.mp4 import (
 )
 from lerobot_nodes.sources import LocalSource
 from lerobot_nodes.testing.video import synthetic_frames
+
+from .mp4_edit import Node, move_payload_beyond, read_table, rewrite_moov, stbl, stco_to_co64, table_box
+from .mp4_media import decoded_frames, demuxed_packets, encode_with_pts
 
 VARIANTS = [
     "av1", "av1_faststart", "av1_g32", "h264", "h264_faststart", "h264_g2", "h264_open_gop",

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mp4_edit import top_level
 
 from lerobot_nodes.errors import FrameTimestampError, VideoDecodeError, VideoIndexError
 from lerobot_nodes.mp4 import ClipDecoder, materialize_clip, read_clip, read_index_from_bytes
 from lerobot_nodes.mp4.plan import plan_clip
+
+from .mp4_edit import top_level
 
 INTERESTING_WORDS = [0, 1, 2, 7, 8, 16, 255, 0x7FFF, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF]  # fmt: skip
 MUTATION_SETTINGS = settings(

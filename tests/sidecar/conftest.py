@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sidecar_testkit import Zygote
 
 from lerobot_nodes.testing import write_dataset
+
+from .sidecar_testkit import Zygote
 
 
 @pytest.fixture(autouse=True)

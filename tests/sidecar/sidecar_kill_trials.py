@@ -14,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from sidecar_testkit import Zygote, copy_dataset, read_result
 
 from lerobot_nodes.atomic import is_partial
 from lerobot_nodes.meta import load_meta
@@ -23,6 +22,8 @@ from lerobot_nodes.sidecar import MappedRecord, MappedVideoIndex, SidecarArchive
 from lerobot_nodes.sidecar.builder import current_identities, verify_archive
 from lerobot_nodes.sidecar.schema import SourceIdentity
 from lerobot_nodes.sources import LocalSource
+
+from .sidecar_testkit import Zygote, copy_dataset, read_result
 
 DATASET_ID = "test/sidecar"
 _KILL_WINDOW = 1.15

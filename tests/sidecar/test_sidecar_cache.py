@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sidecar_testkit import copy_dataset
 
 from lerobot_nodes.meta import load_meta
 from lerobot_nodes.mp4.index import VideoIndex, read_index_from_source
@@ -27,6 +26,8 @@ from lerobot_nodes.sidecar import derived as derived_module
 from lerobot_nodes.sidecar.cache import CacheEntry
 from lerobot_nodes.sidecar.schema import DEFAULT_ARCHIVE_NAME, PUBLISHED_DIR
 from lerobot_nodes.sources import LocalSource
+
+from .sidecar_testkit import copy_dataset
 
 LOGGER = "lerobot_nodes.sidecar"
 

@@ -7,14 +7,15 @@ import time
 from pathlib import Path
 
 import pytest
-from sidecar_kill_trials import archive_kill_trials, cache_kill_trials
-from sidecar_testkit import Zygote, copy_dataset, mapping_stats, read_result
 
 from lerobot_nodes.errors import SidecarLockTimeoutError
 from lerobot_nodes.meta import load_meta
 from lerobot_nodes.sidecar import SidecarCache, open_video_indexes
 from lerobot_nodes.sidecar.schema import SourceIdentity
 from lerobot_nodes.sources import LocalSource
+
+from .sidecar_kill_trials import archive_kill_trials, cache_kill_trials
+from .sidecar_testkit import Zygote, copy_dataset, mapping_stats, read_result
 
 KILL_TRIALS = 20
 

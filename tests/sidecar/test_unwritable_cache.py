@@ -7,8 +7,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from lerobot_nodes.testing import write_dataset
 
 SCRIPT = textwrap.dedent(
@@ -32,24 +30,6 @@ SCRIPT = textwrap.dedent(
     print("ok", count)
     """
 )
-
-
-@pytest.fixture
-def unwritable_home(tmp_path):
-    """A folder this process cannot write: a read-only tmpfs for root (which writes through
-    permission bits), a folder without write permission for anyone else."""
-    home = tmp_path / "home"
-    home.mkdir()
-    if os.geteuid() != 0:
-        home.chmod(0o555)
-        yield home
-        home.chmod(0o755)
-        return
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(home)], check=True, timeout=30)
-    try:
-        yield home
-    finally:
-        subprocess.run(["umount", str(home)], check=True, timeout=30)
 
 
 def test_unwritable_lerobot_home_warns_once_and_streams_from_memory(tmp_path, unwritable_home):

@@ -188,7 +188,7 @@ def _stream_steps(
         with (
             open(record, "a") if record else contextlib.nullcontext() as recorder,
             tqdm(total=steps, initial=start_step, disable=quiet, unit="batch", dynamic_ncols=True) as progress,
-            logging_redirect_tqdm(loggers=[logging.getLogger("lerobot_nodes")]),  # log lines above the bar
+            logging_redirect_tqdm(),  # log lines above the bar, in the root logger's format
         ):
             while step < steps:
                 for batch in dataset.metrics.timed(loader):
