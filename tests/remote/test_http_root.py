@@ -226,3 +226,5 @@ def test_urls_with_credentials_or_queries_are_refused():
     assert "secret" not in str(caught.value)
     with pytest.raises(ConfigError):
         open_source("https://example.invalid/ds?X-Amz-Signature=abc")
+    with pytest.raises(ConfigError, match="storage_options"):
+        open_source("https://example.invalid/ds", storage_options={"headers": {"Authorization": "x"}})

@@ -244,8 +244,9 @@ class HttpRangeReader:
                     self.stats.retries += 1
                     self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
                 if attempts >= self.options.retries:
+                    source = "" if public_url(url) == name else f" from {public_url(url)}"
                     raise SourceUnavailableError(
-                        f"reading bytes [{start}, {end}) of {name} from {public_url(url)} failed {attempts} times; "
+                        f"reading bytes [{start}, {end}) of {name}{source} failed {attempts} times; "
                         f"last error: {retry.reason}"
                     ) from None
                 time.sleep(self._backoff(attempts, retry.wait_s))
@@ -312,12 +313,14 @@ class HttpRangeReader:
                         self._refreshing.add(url)
                 if retry:
                     raise _Redirected
+            where = "the server" if public_url(target) == name else public_url(target)
             raise SourceAuthError(
-                f"{name}: {public_url(target)} answered {status} ({'unauthorized' if status == 401 else 'forbidden'})"
+                f"{name}: {where} answered {status} ({'unauthorized' if status == 401 else 'forbidden'})"
             )
         if status in (404, 410):
             response.drain_conn()
-            raise SourceFileNotFoundError(f"{name} not found: {public_url(url)} answered {status}")
+            where = "the server" if public_url(url) == name else public_url(url)
+            raise SourceFileNotFoundError(f"{name} not found: {where} answered {status}")
         if status == 416:
             response.drain_conn()
             raise SourceError(f"byte range [{start}, {end}) of {name} is outside the file ({public_url(url)} answered 416)")

@@ -92,7 +92,13 @@ class HttpRootSource(ListedHttpSource):
 
     # -- discovery ---------------------------------------------------------------------------------
     def _discover(self) -> None:
-        self._add(self._probe([INFO_PATH]))
+        try:
+            self._add(self._probe([INFO_PATH]))
+        except SourceFileNotFoundError as error:
+            raise SourceFileNotFoundError(
+                f"{error}: {self._url} is not a LeRobotDataset root (expected meta/info.json, meta/episodes/, "
+                "data/ and videos/)"
+            ) from None
         info = self._info_json()
         chunks_size = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
         total_episodes = int(info["total_episodes"])
@@ -113,7 +119,10 @@ class HttpRootSource(ListedHttpSource):
             file_index += 1
             if file_index == chunks_size:
                 chunk_index, file_index = chunk_index + 1, 0
-        self._add(self._probe(sorted(payload)))
+        try:
+            self._add(self._probe(sorted(payload)))
+        except SourceFileNotFoundError as error:
+            raise SourceFileNotFoundError(f"{error} (the episode metadata points to it)") from None
 
     def _info_json(self) -> dict[str, Any]:
         try:

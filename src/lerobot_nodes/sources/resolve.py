@@ -6,7 +6,7 @@ or a URL, become one :class:`ByteSource`; metadata and payloads then come from i
 - ``repo_id=OWNER/BUCKET, repo_type="bucket"``, or ``root="hf://buckets/OWNER/BUCKET[/prefix]"``.
 - ``root="hf://datasets/OWNER/NAME[@REV]"``: the same as ``repo_id`` + ``revision``.
 - ``root="http(s)://HOST/PATH"``: a static HTTP server with Range support, read by the native
-  range reader (files listed from the metadata); with ``storage_options``, fsspec's HTTP instead.
+  range reader (files listed from the metadata, no credentials sent).
 - ``root`` with any other scheme (``s3://``, ``gs://``, ``memory://``, ...): fsspec; ``file://``
   and plain paths: the local folder. :func:`register_scheme` adds or replaces a scheme.
 """
@@ -80,7 +80,8 @@ def _open_fsspec(url: str, request: SourceRequest) -> ByteSource:
 
 def _open_http(url: str, request: SourceRequest) -> ByteSource:
     if request.storage_options:
-        return FsspecSource(url, request.storage_options)  # custom headers or auth: fsspec's HTTP client
+        raise ConfigError(f"{url}: plain http(s) roots take no storage_options (no credentials or custom headers "
+                          "are sent to them)")
     return HttpRootSource(url, http=request.http)
 
 
