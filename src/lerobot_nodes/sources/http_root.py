@@ -71,6 +71,8 @@ class HttpRootSource(ListedHttpSource):
         self._opened: dict[str, bytes] = {}
         self._discover()
         self.has_stable_identity = all(f.fingerprint is not None for f in self._listing)
+        if not self.has_stable_identity:
+            self._cache = None  # one rule for the whole root: nothing of it is cached
         if not self.has_stable_identity and self._url not in _warned_unstable:
             _warned_unstable.add(self._url)
             log.warning(
