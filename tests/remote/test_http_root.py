@@ -3,6 +3,7 @@ Last-Modified or not, latency and faults), read by the native range reader."""
 
 from __future__ import annotations
 
+import collections
 import logging
 import pickle
 import shutil
@@ -89,6 +90,19 @@ def test_epoch_over_http_equals_the_local_epoch(serve, http_dataset, num_workers
     assert_epoch_matches_local(epoch_samples(dataset, num_workers=num_workers), http_dataset)
     assert not any(r.authorization for r in server.records)
     assert {r.method for r in server.records} == {"GET"} and all(r.range for r in server.records)
+
+
+def test_redirected_files_are_resolved_once_per_reader(serve, http_dataset):
+    server = serve(http_dataset, redirect=True)
+    dataset = streaming(server.url)
+    assert_epoch_matches_local(epoch_samples(dataset, num_workers=0), http_dataset)
+    mounted = collections.Counter(r.path for r in server.records if r.path.startswith("/ds/"))
+    assert all(r.status == 302 for r in server.records if r.path.startswith("/ds/"))
+    # Metadata: resolved once, at open. Payload files: again by the reader the epoch's graph sets
+    # up (and by concurrent first reads of one file), then every read goes straight to the target.
+    assert mounted and all(n == 1 for path, n in mounted.items() if path.startswith("/ds/meta/")), mounted
+    objects = collections.Counter(r.path for r in server.records if r.path.startswith("/_objects/"))
+    assert sum(objects.values()) > sum(mounted.values()), (objects, mounted)
 
 
 @pytest.mark.parametrize("etag", ["strong", "weak"])

@@ -6,7 +6,9 @@ HTTP/1.1 keep-alive, every request recorded, latency and injected faults on rang
 429, TCP reset, close, short body, stall). Files are read from disk at each request, so a test
 may replace one while the server runs; validators follow nginx: ``ETag`` is ``"<size>-<mtime>"``
 (hex; strong, weak or absent) and ``Last-Modified`` the file's mtime (or absent). There is no
-directory listing, as on a static server with ``autoindex off``.
+directory listing, as on a static server with ``autoindex off``. With ``redirect`` every file
+answers a 302 to ``/_objects/<path>`` on the same server, as raw-file hosts send clients on to
+their storage.
 
 Run ``python -m lerobot_nodes.testing.static_http FOLDER`` to serve a folder from the shell.
 """
@@ -20,6 +22,7 @@ import threading
 from collections.abc import Sequence
 from email.utils import formatdate
 from pathlib import Path
+from urllib.parse import quote
 
 from lerobot_nodes.testing._hub_routes import Request, Response, _content
 from lerobot_nodes.testing._hub_store import Blob, HttpError
@@ -28,13 +31,15 @@ from lerobot_nodes.testing.hub import LoopbackServers, _Server
 __all__ = ["ETAG_MODES", "StaticHttpServer", "main"]
 
 ETAG_MODES = ("strong", "weak", "none")
+OBJECTS = "_objects"
 
 
 class StaticHttpServer(LoopbackServers):
     """Serves ``folder`` at ``{url}`` (``http://127.0.0.1:PORT{mount}``), GET and HEAD only, with ``Range``.
 
     ``etag``: ``"strong"``, ``"weak"`` (``W/"..."``) or ``"none"``; ``last_modified``: send the
-    header or not. Both may be changed while the server runs. ``hide(path)`` makes a file answer
+    header or not; ``redirect``: answer files with a 302 to ``/_objects/<path>``. All three may be
+    changed while the server runs. ``hide(path)`` makes a file answer
     404 and ``forbid(path)`` 403 (``path`` relative to ``folder``).
     """
 
@@ -45,6 +50,7 @@ class StaticHttpServer(LoopbackServers):
         mount: str = "/ds",
         etag: str = "strong",
         last_modified: bool = True,
+        redirect: bool = False,
         latency_s: float = 0.0,
         fault_every: int = 0,
         fault_kinds: Sequence[str] = ("503", "reset", "close", "short", "stall"),
@@ -58,6 +64,7 @@ class StaticHttpServer(LoopbackServers):
         self.mount = "/" + mount.strip("/") if mount.strip("/") else ""
         self.etag = etag
         self.last_modified = last_modified
+        self.redirect = redirect
         self.port = port
         self.endpoint = ""
         self._hidden: set[str] = set()
@@ -120,6 +127,9 @@ class _StaticRoutes:
         if request.method not in ("GET", "HEAD"):
             raise HttpError(405, "Method Not Allowed", headers={"Allow": "GET, HEAD"})
         mount = [s for s in self.server.mount.split("/") if s]
+        redirected = request.segments[:1] == [OBJECTS]
+        if redirected:
+            mount = [OBJECTS]
         if request.segments[: len(mount)] != mount:
             raise HttpError(404, "Not Found")
         segments = request.segments[len(mount):]
@@ -136,6 +146,8 @@ class _StaticRoutes:
             raise HttpError(404, "Not Found") from None
         if not full.is_file():
             raise HttpError(404, "Not Found")
+        if self.server.redirect and not redirected:
+            return Response(302, {"Location": f"/{OBJECTS}/{quote(path)}"})
         headers = {}
         tag = f'"{stat.st_size:x}-{stat.st_mtime_ns:x}"'
         if self.server.etag == "strong":
@@ -160,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="port (0: any free port)")
     parser.add_argument("--etag", choices=ETAG_MODES, default="strong")
     parser.add_argument("--no-last-modified", action="store_true")
+    parser.add_argument("--redirect", action="store_true", help="answer every file with a 302 to /_objects/PATH")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="delay before every answer")
     parser.add_argument("--fault-every", type=int, default=0, help="fail every N-th range read (0: never)")
     args = parser.parse_args(argv)
@@ -168,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     server = StaticHttpServer(
-        args.folder, mount=args.mount, etag=args.etag, last_modified=not args.no_last_modified,
+        args.folder, mount=args.mount, etag=args.etag, last_modified=not args.no_last_modified, redirect=args.redirect,
         latency_s=args.latency_ms / 1000, fault_every=args.fault_every, port=args.port,
     )
     try:
