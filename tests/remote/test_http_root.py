@@ -242,3 +242,31 @@ def test_urls_with_credentials_or_queries_are_refused():
         open_source("https://example.invalid/ds?X-Amz-Signature=abc")
     with pytest.raises(ConfigError, match="storage_options"):
         open_source("https://example.invalid/ds", storage_options={"headers": {"Authorization": "x"}})
+
+
+def test_the_static_server_command_serves_until_sigterm(http_dataset):
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    command = [sys.executable, "-m", "lerobot_nodes.testing.static_http", str(http_dataset), "--etag", "weak"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(60)
+        match = re.search(r"at (http://127\.0\.0\.1:\d+/ds);", lines[0] if lines else "")
+        assert match, lines
+        request = urllib.request.Request(f"{match[1]}/meta/info.json", headers={"Range": "bytes=0-0"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 206 and answer.headers["ETag"].startswith('W/"') and len(answer.read()) == 1
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

@@ -597,8 +597,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for _, folder in args.dataset + args.bucket:
         if not folder.is_dir():
             parser.error(f"not a folder: {folder}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # SIGTERM ends the process like Ctrl-C: a handler that set an Event could deadlock on the lock
+    # the main thread holds inside Event.wait when the signal lands there.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         with tempfile.TemporaryDirectory(prefix="lerobot-nodes-hub-") as scratch:
             datasets = list(args.dataset)
@@ -613,8 +614,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 hub.add_bucket(bucket_id, folder)
             with hub:
                 print(_banner(hub, [r for r, _ in datasets], [b for b, _ in args.bucket]), flush=True)
-                while not stop.wait(0.5):
-                    pass
+                while True:
+                    time.sleep(0.5)
     except KeyboardInterrupt:
         pass  # the with-blocks have stopped the hub and removed the scratch folder
     return 0

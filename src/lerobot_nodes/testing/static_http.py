@@ -19,6 +19,7 @@ import argparse
 import os
 import signal
 import threading
+import time
 from collections.abc import Sequence
 from email.utils import formatdate
 from pathlib import Path
@@ -178,8 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         parser.error(f"not a folder: {args.folder}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # SIGTERM ends the process like Ctrl-C: a handler that set an Event could deadlock on the lock
+    # the main thread holds inside Event.wait when the signal lands there.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     server = StaticHttpServer(
         args.folder, mount=args.mount, etag=args.etag, last_modified=not args.no_last_modified, redirect=args.redirect,
         latency_s=args.latency_ms / 1000, fault_every=args.fault_every, port=args.port,
@@ -188,8 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with server:
             print(f"serving {args.folder} at {server.url}; try: lerobot-nodes stream --dataset.root={server.url}",
                   flush=True)
-            while not stop.wait(0.5):
-                pass
+            while True:
+                time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     return 0
