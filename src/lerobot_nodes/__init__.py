@@ -28,7 +28,15 @@ from .errors import (
 )
 from .map_style import MapStyleLeRobotDataset
 from .meta import DatasetMeta, load_meta, select_episodes
-from .sources import ByteSource, FsspecSource, HubBucketSource, HubRepoSource, LocalSource, open_source
+from .sources import (
+    ByteSource,
+    FsspecSource,
+    HttpRootSource,
+    HubBucketSource,
+    HubRepoSource,
+    LocalSource,
+    open_source,
+)
 
 __all__ = [
     "ByteBudgetError",
@@ -40,6 +48,7 @@ __all__ = [
     "FsspecSource",
     "FrameTimestampError",
     "GraphFailedError",
+    "HttpRootSource",
     "HubBucketSource",
     "HubRepoSource",
     "LeRobotNodesError",

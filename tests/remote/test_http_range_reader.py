@@ -148,3 +148,17 @@ def test_range_arithmetic():
     assert split((0, 10), 4, minimum=5) == [(0, 5), (5, 10)]
     with pytest.raises(ValueError):
         covering([(4, 12)], [(0, 5), (10, 30)])
+
+
+def test_probe_gives_size_and_validators_through_the_redirect_and_survives_faults(hub):
+    reader = _reader()
+    url = _url(hub)
+    hub.fault_every, hub.fault_kinds = 1, ("503",)  # the first probe attempt of each file fails
+    with pytest.raises(SourceUnavailableError):
+        _reader(retries=1).probe(url, name="file.mp4")
+    hub.fault_every = 2
+    found = reader.probe(url, name="file.mp4")
+    assert found.size == len(PAYLOAD) and found.etag and found.etag.strip('"') and reader.stats.retries >= 1
+    assert reader.stats.redirects == 1 and reader.stats.bytes_received == 1  # one byte, from the CDN
+    hub.fault_every = 0
+    assert reader.probe(_url(hub, "meta.json"), name="meta.json").size == len('{"small": true}')

@@ -2,9 +2,10 @@
 
 Two folders under ``$HF_LEROBOT_HOME``: ``streaming-indexes`` (one entry per dataset revision,
 ``g<generation>/<entry>/records/*.idx``, guarded by ``build.lock``) and ``streaming-meta``
-(``datasets/<owner--name>/<commit>/`` and ``buckets/<owner--name>/``). Entries are immutable
-and a replaced file gets a new record, so clearing is never needed for correctness, except when
-a file was replaced without its identity changing (same size, restored mtime and inode).
+(``datasets/<owner--name>/<commit>/``, ``buckets/<owner--name>/`` and ``http/<host--path>/``).
+Entries are immutable and a replaced file gets a new record, so clearing is never needed for
+correctness, except when a file was replaced without its identity changing (same size, restored
+mtime and inode).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def index_items(root: Path | None = None) -> Iterator[CacheItem]:
 
 
 def meta_items(root: Path | None = None) -> Iterator[CacheItem]:
-    """The entries of ``$HF_LEROBOT_HOME/streaming-meta``: one per Hub commit, one per bucket."""
+    """The entries of ``$HF_LEROBOT_HOME/streaming-meta``: one per Hub commit, bucket and plain HTTP root."""
     root = root or default_file_cache_root()
     for entry in sorted(root.glob("datasets/*/*")):
         if entry.is_dir():
@@ -76,6 +77,10 @@ def meta_items(root: Path | None = None) -> Iterator[CacheItem]:
         if entry.is_dir():
             files = [p for p in entry.iterdir() if p.is_file()]
             yield CacheItem("meta", entry.name.replace("--", "/", 1), "bucket", len(files), _size(entry), entry)
+    for entry in sorted(root.glob("http/*")):
+        if entry.is_dir():  # plain http(s) roots: one folder per URL, entries keyed by ETag or Last-Modified
+            files = [p for p in entry.iterdir() if p.is_file()]
+            yield CacheItem("meta", f"http root {entry.name}", "unpinned", len(files), _size(entry), entry)
 
 
 def cache_items() -> list[CacheItem]:

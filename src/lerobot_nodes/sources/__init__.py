@@ -5,6 +5,7 @@ from __future__ import annotations
 from .base import ByteRange, ByteSource, FileInfo, ReadStats
 from .fsspec_source import FsspecSource
 from .http_range import HttpOptions, HttpRangeReader
+from .http_root import HttpRootSource
 from .hub import HubBucketSource, HubRepoSource
 from .local import LocalSource
 from .resolve import open_source, register_scheme
@@ -16,6 +17,7 @@ __all__ = [
     "FsspecSource",
     "HttpOptions",
     "HttpRangeReader",
+    "HttpRootSource",
     "HubBucketSource",
     "HubRepoSource",
     "LocalSource",

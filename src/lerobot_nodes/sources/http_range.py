@@ -76,6 +76,16 @@ class _Retry(Exception):
         self.wait_s = wait_s
 
 
+@dataclass(frozen=True)
+class RemoteFile:
+    """What one response said about its file: size (``Content-Range`` total or ``Content-Length``)
+    and the validators a static server may send (``None`` when absent)."""
+
+    size: int
+    etag: str | None = None
+    last_modified: str | None = None
+
+
 @dataclass
 class _Location:
     url: str
@@ -201,19 +211,28 @@ class HttpRangeReader:
             return b""
         return self.read_ranges(url, [(0, size)], size=size, name=name)[0]
 
+    def probe(self, url: str, *, name: str) -> RemoteFile:
+        """Size and validators of the file at ``url``, from a one-byte range read (retried like any
+        read). A server that ignores ``Range`` is an error unless the file is that one byte."""
+        found: dict[str, str] = {}
+        self._read_exact(url, (0, 1), None, name, found)
+        return RemoteFile(int(found["size"]), found.get("etag"), found.get("last_modified"))
+
     def forget_location(self, url: str) -> None:
         with self._lock:
             self._locations.pop(url, None)
 
     # -- one exact range -----------------------------------------------------------------------
-    def _read_exact(self, url: str, byte_range: ByteRange, size: int | None, name: str) -> bytes:
+    def _read_exact(
+        self, url: str, byte_range: ByteRange, size: int | None, name: str, found: dict[str, str] | None = None
+    ) -> bytes:
         start, end = byte_range
         received = bytearray()
         attempts = redirects = 0
         while start + len(received) < end:
             position = start + len(received)
             try:
-                self._request(url, position, end, size, name, received)
+                self._request(url, position, end, size, name, received, found)
             except _Redirected:
                 redirects += 1
                 if redirects > MAX_REDIRECTS:
@@ -225,8 +244,9 @@ class HttpRangeReader:
                     self.stats.retries += 1
                     self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
                 if attempts >= self.options.retries:
+                    source = "" if public_url(url) == name else f" from {public_url(url)}"
                     raise SourceUnavailableError(
-                        f"reading bytes [{start}, {end}) of {name} from {public_url(url)} failed {attempts} times; "
+                        f"reading bytes [{start}, {end}) of {name}{source} failed {attempts} times; "
                         f"last error: {retry.reason}"
                     ) from None
                 time.sleep(self._backoff(attempts, retry.wait_s))
@@ -238,7 +258,10 @@ class HttpRangeReader:
         ceiling = min(self.options.backoff_max_s, self.options.backoff_s * 2 ** (attempt - 1))
         return random.uniform(ceiling / 2, ceiling)
 
-    def _request(self, url: str, start: int, end: int, size: int | None, name: str, received: bytearray) -> None:
+    def _request(
+        self, url: str, start: int, end: int, size: int | None, name: str, received: bytearray,
+        found: dict[str, str] | None = None,
+    ) -> None:
         """One GET of ``[start, end)``; appends what arrived (all of it, or the first part of a
         short body) to ``received``. Raises :class:`_Retry` for transient failures."""
         target = self._target(url)
@@ -258,12 +281,13 @@ class HttpRangeReader:
         with self._lock:
             self.stats.requests += 1
         try:
-            self._handle(url, target, response, start, end, size, name, received)
+            self._handle(url, target, response, start, end, size, name, received, found)
         finally:
             response.release_conn()
 
     def _handle(
-        self, url: str, target: str, response: Any, start: int, end: int, size: int | None, name: str, received: bytearray
+        self, url: str, target: str, response: Any, start: int, end: int, size: int | None, name: str,
+        received: bytearray, found: dict[str, str] | None = None,
     ) -> None:
         status = response.status
         if status in (301, 302, 303, 307, 308) and target == url:
@@ -289,12 +313,14 @@ class HttpRangeReader:
                         self._refreshing.add(url)
                 if retry:
                     raise _Redirected
+            where = "the server" if public_url(target) == name else public_url(target)
             raise SourceAuthError(
-                f"{name}: {public_url(target)} answered {status} ({'unauthorized' if status == 401 else 'forbidden'})"
+                f"{name}: {where} answered {status} ({'unauthorized' if status == 401 else 'forbidden'})"
             )
         if status in (404, 410):
             response.drain_conn()
-            raise SourceFileNotFoundError(f"{name} not found: {public_url(url)} answered {status}")
+            where = "the server" if public_url(url) == name else public_url(url)
+            raise SourceFileNotFoundError(f"{name} not found: {where} answered {status}")
         if status == 416:
             response.drain_conn()
             raise SourceError(f"byte range [{start}, {end}) of {name} is outside the file ({public_url(url)} answered 416)")
@@ -306,10 +332,16 @@ class HttpRangeReader:
             with self._lock:  # served without a redirect: remember that too
                 self._locations.setdefault(url, _Location(url, time.monotonic() + DEFAULT_LOCATION_TTL_S))
         if status == 200:
-            # The server ignored Range: only usable from offset 0, and only what we asked for.
-            if start != 0:
-                response.drain_conn()
-                raise SourceError(f"{name}: {public_url(target)} does not serve byte ranges (answered 200)")
+            # The server ignored Range: usable only when the whole body is exactly what was asked.
+            length = response.headers.get("Content-Length")
+            if start != 0 or length is None or not length.isdigit() or int(length) != end - start:
+                response.close()  # never read (or drain) a whole file that was not asked for
+                raise SourceError(
+                    f"{name}: {public_url(target)} does not serve byte ranges (answered 200 to a Range request); "
+                    "streaming needs a server with HTTP Range support"
+                )
+            if found is not None:
+                _remember(found, response, int(length))
             self._stream(response, end - start, received, name)
             return
         if status != 206:
@@ -328,6 +360,12 @@ class HttpRangeReader:
                 f"{name} has {match[3]} bytes at {public_url(target)}, the listing said {size}: the file changed "
                 "during the run (metadata and payloads must not change while training)"
             )
+        if found is not None:
+            if match[3] == "*":
+                response.drain_conn()
+                raise SourceError(f"{name}: {public_url(target)} does not tell the file size (Content-Range "
+                                  f"{response.headers.get('Content-Range')!r})")
+            _remember(found, response, int(match[3]))
         self._stream(response, end - start, received, name)
 
     def _stream(self, response: Any, wanted: int, received: bytearray, name: str) -> None:
@@ -377,6 +415,14 @@ class HttpRangeReader:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.options.connections, thread_name_prefix="lerobot-nodes-http")
             return self._executor
+
+
+def _remember(found: dict[str, str], response: Any, size: int) -> None:
+    found["size"] = str(size)
+    for key, header in (("etag", "ETag"), ("last_modified", "Last-Modified")):
+        value = response.headers.get(header)
+        if value:
+            found[key] = value.strip()
 
 
 class _Redirected(Exception):

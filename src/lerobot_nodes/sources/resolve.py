@@ -5,6 +5,8 @@ or a URL, become one :class:`ByteSource`; metadata and payloads then come from i
   A local copy in ``$HF_LEROBOT_HOME`` is used instead only with ``HF_HUB_OFFLINE=1`` (logged).
 - ``repo_id=OWNER/BUCKET, repo_type="bucket"``, or ``root="hf://buckets/OWNER/BUCKET[/prefix]"``.
 - ``root="hf://datasets/OWNER/NAME[@REV]"``: the same as ``repo_id`` + ``revision``.
+- ``root="http(s)://HOST/PATH"``: a static HTTP server with Range support, read by the native
+  range reader (files listed from the metadata, no credentials sent).
 - ``root`` with any other scheme (``s3://``, ``gs://``, ``memory://``, ...): fsspec; ``file://``
   and plain paths: the local folder. :func:`register_scheme` adds or replaces a scheme.
 """
@@ -23,6 +25,7 @@ from ..home import lerobot_home
 from .base import ByteSource
 from .fsspec_source import FsspecSource
 from .http_range import HttpOptions
+from .http_root import HttpRootSource
 from .hub import HubBucketSource, HubRepoSource
 from .hub_auth import hub_offline
 from .local import LocalSource
@@ -75,7 +78,16 @@ def _open_fsspec(url: str, request: SourceRequest) -> ByteSource:
     return FsspecSource(url, request.storage_options)
 
 
+def _open_http(url: str, request: SourceRequest) -> ByteSource:
+    if request.storage_options:
+        raise ConfigError(f"{url}: plain http(s) roots take no storage_options (no credentials or custom headers "
+                          "are sent to them)")
+    return HttpRootSource(url, http=request.http)
+
+
 register_scheme("hf", _open_hf)
+register_scheme("http", _open_http)
+register_scheme("https", _open_http)
 register_scheme("file", _open_file_url)
 
 

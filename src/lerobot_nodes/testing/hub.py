@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote
 
 from lerobot_nodes.testing._hub_routes import (
@@ -53,7 +53,7 @@ from lerobot_nodes.testing._hub_routes import (
 )
 from lerobot_nodes.testing._hub_store import Blob, Bucket, BucketObject, HttpError, Repo, Store, iso
 
-__all__ = ["FAULT_KINDS", "LoopbackHub", "RequestRecord", "main"]
+__all__ = ["FAULT_KINDS", "LoopbackHub", "LoopbackServers", "RequestRecord", "main"]
 
 HUB_HOST = "127.0.0.1"
 CDN_HOST = "127.0.0.2"
@@ -72,7 +72,7 @@ class RequestRecord:
     so a client that has its answer always finds the record.
     """
 
-    origin: str  # "hub" or "cdn"
+    origin: str  # "hub" or "cdn" (a static server: "static")
     method: str
     path: str  # raw request path, still quoted, without the query
     query: str
@@ -211,6 +211,10 @@ def _body_bytes(response: Response, method: str, half: bool) -> int:
     return response.length // 2 if half else response.length
 
 
+class _Routes(Protocol):
+    def handle(self, request: Request) -> Response: ...
+
+
 class _Server(ThreadingHTTPServer):
     """A threaded server that tracks its connections, so ``stop()`` can end every handler thread.
 
@@ -220,7 +224,7 @@ class _Server(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, hub: LoopbackHub, origin: str, routes: HubRoutes | CdnRoutes, port: int = 0) -> None:
+    def __init__(self, hub: LoopbackServers, origin: str, routes: _Routes, port: int = 0) -> None:
         self.hub = hub
         self.origin = origin
         self.routes = routes
@@ -279,15 +283,11 @@ class _Server(ThreadingHTTPServer):
 # ----------------------------------------------------------------------------- the hub
 
 
-class LoopbackHub:
-    """A Hugging Face Hub on 127.0.0.1 for the real client: dataset repos, buckets, a CDN, faults.
-
-    Guarantees: repos behave like git (commits are immutable snapshots; branches move, tags and
-    shas pin); LFS payloads (parquet, mp4, npz, ... and other files of 10 KB or more) are served
-    through a 302 to the CDN origin when ``redirect`` is on; every request on either origin is
-    recorded; ``stop()`` ends every server and connection thread. ``latency_s``, ``fault_every``,
-    ``fault_kinds`` and ``stall_s`` may be changed while the hub runs.
-    """
+class LoopbackServers:
+    """What every loopback test server shares: threaded HTTP/1.1 origins on loopback, a record of
+    every request, latency and injected faults on range reads, and a ``stop()`` that ends every
+    server and connection thread. ``latency_s``, ``fault_every``, ``fault_kinds`` and ``stall_s``
+    may be changed while the servers run."""
 
     def __init__(
         self,
@@ -296,23 +296,12 @@ class LoopbackHub:
         fault_every: int = 0,
         fault_kinds: Sequence[str] = ("503", "reset", "close", "short", "stall"),
         stall_s: float = 3.0,
-        redirect: bool = True,
-        signed_url_ttl_s: float = 3600.0,
-        require_token: str | None = None,
-        port: int = 0,
     ) -> None:
         self.latency_s = latency_s
         self.fault_every = fault_every
         self.fault_kinds = fault_kinds
         self.stall_s = stall_s
-        self.redirect = redirect
-        self.signed_url_ttl_s = signed_url_ttl_s
-        self.require_token = require_token
-        self.port = port
-        self.endpoint = ""
-        self.cdn_endpoint = ""
         self.records: list[RequestRecord] = []
-        self._store = Store()
         self._records_lock = threading.Lock()
         self._faults_lock = threading.Lock()
         self._range_reads = 0
@@ -334,6 +323,114 @@ class LoopbackHub:
 
     # lifecycle
 
+    def start(self) -> LoopbackServers:
+        raise NotImplementedError
+
+    def _serve(self, servers: list[_Server]) -> None:
+        """Serve ``servers`` from daemon threads. Servers start once."""
+        if self._servers or self._stopping.is_set():  # stop() cannot be undone: sleeps would not wait
+            for server in servers:
+                server.server_close()
+            raise RuntimeError(f"a {type(self).__name__} starts once")
+        self._servers = servers
+        for server in self._servers:
+            thread = threading.Thread(
+                target=server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"loopback-hub-{server.origin}-server",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop every origin and end every connection, including stalled and keep-alive ones."""
+        self._stopping.set()  # wakes latency and stall sleeps
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+            server.close_connections(timeout=5.0)
+        for thread in self._threads:
+            thread.join(5.0)
+        self._servers, self._threads = [], []
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # observation
+
+    def clear_records(self) -> None:
+        with self._records_lock:
+            self.records.clear()
+
+    def range_reads(self) -> list[RequestRecord]:
+        """Requests that carried a Range header, on every origin."""
+        return [r for r in self._snapshot() if r.range is not None]
+
+    def bytes_sent(self) -> int:
+        """Body bytes written by every origin."""
+        return sum(r.bytes_sent for r in self._snapshot())
+
+    # used by the handler threads
+
+    def _snapshot(self) -> list[RequestRecord]:
+        with self._records_lock:
+            return list(self.records)
+
+    def _record(self, record: RequestRecord) -> None:
+        with self._records_lock:
+            self.records.append(record)
+
+    def _pause(self, seconds: float) -> None:
+        if seconds > 0:
+            self._stopping.wait(seconds)  # stop() cuts it short
+
+    def _take_fault(self) -> str | None:
+        """Count one range read; every ``fault_every``-th one gets the next fault kind in rotation."""
+        with self._faults_lock:
+            self._range_reads += 1
+            every, kinds = self.fault_every, self.fault_kinds
+            if every <= 0 or not kinds or self._range_reads % every:
+                return None
+            kind = kinds[self._faults_injected % len(kinds)]
+            self._faults_injected += 1
+            return kind
+
+
+class LoopbackHub(LoopbackServers):
+    """A Hugging Face Hub on 127.0.0.1 for the real client: dataset repos, buckets, a CDN, faults.
+
+    Guarantees: repos behave like git (commits are immutable snapshots; branches move, tags and
+    shas pin); LFS payloads (parquet, mp4, npz, ... and other files of 10 KB or more) are served
+    through a 302 to the CDN origin when ``redirect`` is on; every request on either origin is
+    recorded; ``stop()`` ends every server and connection thread. ``latency_s``, ``fault_every``,
+    ``fault_kinds`` and ``stall_s`` may be changed while the hub runs.
+    """
+
+    def __init__(
+        self,
+        *,
+        latency_s: float = 0.0,
+        fault_every: int = 0,
+        fault_kinds: Sequence[str] = ("503", "reset", "close", "short", "stall"),
+        stall_s: float = 3.0,
+        redirect: bool = True,
+        signed_url_ttl_s: float = 3600.0,
+        require_token: str | None = None,
+        port: int = 0,
+    ) -> None:
+        super().__init__(latency_s=latency_s, fault_every=fault_every, fault_kinds=fault_kinds, stall_s=stall_s)
+        self.redirect = redirect
+        self.signed_url_ttl_s = signed_url_ttl_s
+        self.require_token = require_token
+        self.port = port
+        self.endpoint = ""
+        self.cdn_endpoint = ""
+        self._store = Store()
+
     def start(self) -> LoopbackHub:
         """Bind both origins and serve them from daemon threads. A hub starts once."""
         if self._servers or self._stopping.is_set():  # stop() cannot be undone: sleeps would not wait
@@ -344,35 +441,12 @@ class LoopbackHub:
         except OSError:  # e.g. --port already taken
             cdn.server_close()
             raise
-        self._servers = [hub, cdn]
         self.endpoint, self.cdn_endpoint = hub.url, cdn.url
-        for server in self._servers:
-            thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name=f"loopback-hub-{server.origin}-server",
-                daemon=True,
-            )
-            thread.start()
-            self._threads.append(thread)
+        self._serve([hub, cdn])
         return self
-
-    def stop(self) -> None:
-        """Stop both origins and end every connection, including stalled and keep-alive ones."""
-        self._stopping.set()  # wakes latency and stall sleeps
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
-            server.close_connections(timeout=5.0)
-        for thread in self._threads:
-            thread.join(5.0)
-        self._servers, self._threads = [], []
 
     def __enter__(self) -> LoopbackHub:
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # content
 
@@ -476,47 +550,10 @@ class LoopbackHub:
 
     # observation
 
-    def clear_records(self) -> None:
-        with self._records_lock:
-            self.records.clear()
-
-    def range_reads(self) -> list[RequestRecord]:
-        """Requests that carried a Range header, on both origins."""
-        return [r for r in self._snapshot() if r.range is not None]
-
     def write_requests(self) -> list[RequestRecord]:
         """Requests that change state (or try to): POST/PUT/DELETE/PATCH except the read-only
         ``paths-info`` routes, plus Xet write-token requests."""
         return [r for r in self._snapshot() if _is_write(r)]
-
-    def bytes_sent(self) -> int:
-        """Body bytes written by both origins."""
-        return sum(r.bytes_sent for r in self._snapshot())
-
-    # used by the handler threads
-
-    def _snapshot(self) -> list[RequestRecord]:
-        with self._records_lock:
-            return list(self.records)
-
-    def _record(self, record: RequestRecord) -> None:
-        with self._records_lock:
-            self.records.append(record)
-
-    def _pause(self, seconds: float) -> None:
-        if seconds > 0:
-            self._stopping.wait(seconds)  # stop() cuts it short
-
-    def _take_fault(self) -> str | None:
-        """Count one range read; every ``fault_every``-th one gets the next fault kind in rotation."""
-        with self._faults_lock:
-            self._range_reads += 1
-            every, kinds = self.fault_every, self.fault_kinds
-            if every <= 0 or not kinds or self._range_reads % every:
-                return None
-            kind = kinds[self._faults_injected % len(kinds)]
-            self._faults_injected += 1
-            return kind
 
 
 def _is_write(record: RequestRecord) -> bool:
@@ -560,8 +597,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for _, folder in args.dataset + args.bucket:
         if not folder.is_dir():
             parser.error(f"not a folder: {folder}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # SIGTERM ends the process like Ctrl-C: a handler that set an Event could deadlock on the lock
+    # the main thread holds inside Event.wait when the signal lands there.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         with tempfile.TemporaryDirectory(prefix="lerobot-nodes-hub-") as scratch:
             datasets = list(args.dataset)
@@ -576,8 +614,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 hub.add_bucket(bucket_id, folder)
             with hub:
                 print(_banner(hub, [r for r, _ in datasets], [b for b, _ in args.bucket]), flush=True)
-                while not stop.wait(0.5):
-                    pass
+                while True:
+                    time.sleep(0.5)
     except KeyboardInterrupt:
         pass  # the with-blocks have stopped the hub and removed the scratch folder
     return 0
