@@ -297,9 +297,18 @@ def _save(path: str, loader: Any, dataset: StreamingLeRobotDataset, step: int, b
 
 def _restore(checkpoint: dict[str, Any], dataset: StreamingLeRobotDataset, loader: Any, batch_size: int, num_workers: int) -> int:
     step = int(checkpoint["step"])
-    if "dataloader" not in checkpoint:
-        # A LeRobot training_step.json-like checkpoint: derive each worker's offset from the step,
-        # with the batch size and world size it records, else this run's.
+    if checkpoint.get("dataset") is not None:
+        # Checked here, so another dataset, selection or schedule fails before any worker starts.
+        check_identity(checkpoint.get("dataset"), dataset.identity)
+    changed = [
+        name
+        for name, now in (("batch_size", batch_size), ("num_workers", num_workers), ("world_size", dataset.world_size))
+        if name in checkpoint and int(checkpoint[name]) != now
+    ]
+    if "dataloader" not in checkpoint or changed:
+        # A LeRobot training_step.json-like checkpoint, or a loader state of another topology: a loader
+        # state holds only its own rank's position, so every rank derives every old rank's position
+        # from the step and the old topology (the batch size, workers and world size it records).
         dataset.resume_from_step(
             step,
             int(checkpoint.get("batch_size", batch_size)),
@@ -307,20 +316,8 @@ def _restore(checkpoint: dict[str, Any], dataset: StreamingLeRobotDataset, loade
             world_size=checkpoint.get("dp_world_size", checkpoint.get("world_size")),
             seed=checkpoint.get("seed"),
         )
+        dataset.plan_resume(num_workers)
         return step
-    # Checked here too, so another dataset fails before any worker starts.
-    check_identity(checkpoint.get("dataset"), dataset.identity)
-    changed = {
-        name: (checkpoint[name], now)
-        for name, now in (("batch_size", batch_size), ("num_workers", num_workers), ("world_size", dataset.world_size))
-        if int(checkpoint[name]) != now
-    }
-    if changed:
-        details = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
-        raise ConfigError(
-            f"cannot resume {details} exactly: batch ownership and boundaries change with world size, batch size and "
-            "--num_workers. Resume with the checkpoint's values"
-        )
     loader.load_state_dict(checkpoint["dataloader"])
     return step
 

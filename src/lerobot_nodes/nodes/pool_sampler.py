@@ -9,7 +9,7 @@ seed, the epoch, the topology, the pool limits and the episodes' byte costs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,10 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
     state from ``state_dict()`` continues with exactly the items that followed it. The state
     is small: the sharder cursor, ``[episode, frames taken]`` per resident episode, the current
     round and the generator state.
+
+    ``carried`` (elastic resume) maps an episode partly delivered under another topology to
+    ``(frames taken, epoch of its frame order)``: it joins the pool with those frames already
+    taken and continues its own frame order, so it yields only its undelivered frames.
     """
 
     SOURCE_KEY = "source"
@@ -95,6 +99,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         seed: int | None = None,
         episode_cost: Callable[[int], int] | None = None,
         budget: ByteBudget | None = None,
+        carried: Mapping[int, tuple[int, int]] | None = None,
     ) -> None:
         super().__init__()
         if pool_size < 1:
@@ -109,6 +114,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         self.seed = resolve_seed(seed)
         self.episode_cost = episode_cost
         self.budget = budget or ByteBudget.unlimited()
+        self.carried = {int(e): (int(taken), int(epoch)) for e, (taken, epoch) in (carried or {}).items()}
         self.epoch = 0
         self._pool: list[list[int]] = []  # [episode, frames taken], admission order
         self._round: list[int] = []
@@ -126,6 +132,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             seed=self.seed,
             episode_cost=self.episode_cost,
             budget=self.budget,
+            carried=self.carried,
         )
 
     def state_after(self, num_items: int, epoch: int) -> dict[str, Any]:
@@ -247,14 +254,13 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             if not self.budget.admits(held, len(self._pool), self.cost(upcoming[0])):
                 return
             episode = next(self.source)
-            self._pool.append([episode, 0])
+            self._pool.append([episode, self.carried.get(episode, (0, 0))[0]])
 
     def _frame_order(self, episode: int) -> np.ndarray:
         order = self._orders.get(episode)
         if order is None:
-            order = self._orders[episode] = frame_order(
-                self.seed, self.epoch, episode, self.source.episode_length(episode)
-            )
+            epoch = self.carried[episode][1] if episode in self.carried else self.epoch
+            order = self._orders[episode] = frame_order(self.seed, epoch, episode, self.source.episode_length(episode))
         return order
 
     def _pick_remaining(self) -> int:

@@ -119,7 +119,8 @@ class RankWorkerSharder(BaseNode[int]):
     ranks together yield every selected episode exactly once per epoch. ``reset(None)`` after
     an iteration that started (a ``next()`` or :meth:`mark_started`, also before a saved
     state) moves to the next epoch, like ``SamplerWrapper``. The state is ``{epoch, cursor,
-    started}`` plus the topology, which is validated on restore.
+    started}`` plus the topology, which is validated on restore. ``assigned`` replaces the
+    worker's own split by an explicit episode list (the remnant of an elastic resume).
     """
 
     EPOCH_KEY = "epoch"
@@ -139,6 +140,7 @@ class RankWorkerSharder(BaseNode[int]):
         seed: int | None = None,
         initial_epoch: int = 0,
         shuffle: bool = True,
+        assigned: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.seed = resolve_seed(seed)
@@ -147,9 +149,13 @@ class RankWorkerSharder(BaseNode[int]):
         self.worker_id = int(worker_id)
         self.num_workers = max(1, int(num_workers))
         self.shuffle = shuffle
-        self.episodes = worker_episodes(
-            episodes, lengths, self.rank, self.world_size, self.worker_id, self.num_workers, self.seed
-        )
+        if assigned is None:
+            self.episodes = worker_episodes(
+                episodes, lengths, self.rank, self.world_size, self.worker_id, self.num_workers, self.seed
+            )
+        else:
+            # An elastic resume's remnant: episodes split by ``resume.assign_remnant`` (may be none).
+            self.episodes = sorted(int(e) for e in assigned)
         length_of = dict(zip((int(e) for e in episodes), (int(n) for n in lengths), strict=True))
         self._lengths = {e: length_of[e] for e in self.episodes}
         self.epoch = int(initial_epoch)
