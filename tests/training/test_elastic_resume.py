@@ -1,0 +1,95 @@
+"""Elastic resume with real DataLoader worker processes: a 2 ranks x 2 workers run stopped mid-epoch
+continues as 1 x 3, 3 x 1, or with batch size 8 -> 12; the epoch delivers every frame exactly once."""
+
+from __future__ import annotations
+
+import collections
+import logging
+
+import pytest
+
+from lerobot_nodes import MapStyleLeRobotDataset
+from lerobot_nodes.config import StreamingConfig
+from lerobot_nodes.dataset import StreamingLeRobotDataset, shutdown_dataloader, streaming_dataloader
+
+OLD_WORLD, OLD_WORKERS, OLD_BATCH, STOP = 2, 2, 8, 5  # each rank has about 12 batches per epoch
+SEED = 3
+
+
+def _config(strategy):
+    return StreamingConfig(
+        streaming_episode_pool_size=2, streaming_prefetch_episodes=2, streaming_decode_threads=1,
+        streaming_sampling_strategy=strategy,
+    )
+
+
+def _dataset(root, strategy, rank, world_size):
+    return StreamingLeRobotDataset(root=root, seed=SEED, return_uint8=True, config=_config(strategy), rank=rank, world_size=world_size)
+
+
+def _pairs(batch):
+    return list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=True))
+
+
+@pytest.fixture(scope="module")
+def every_frame(small_dataset):
+    reference = MapStyleLeRobotDataset(root=small_dataset)
+    return collections.Counter(reference.locate(i) for i in range(len(reference)))
+
+
+@pytest.fixture(scope="module", params=["remaining", "round_robin"])
+def interrupted(request, small_dataset):
+    """(strategy, what the 2 x 2 run delivered in its first STOP steps on every rank)."""
+    delivered = []
+    for rank in range(OLD_WORLD):
+        loader = streaming_dataloader(_dataset(small_dataset, request.param, rank, OLD_WORLD), OLD_BATCH, OLD_WORKERS)
+        iterator = iter(loader)
+        for _ in range(STOP):
+            delivered += _pairs(next(iterator))
+        shutdown_dataloader(loader)
+    return request.param, delivered
+
+
+def _resumed_epochs(root, strategy, world_size, num_workers, batch_size, epochs=1):
+    """Every sample each new rank delivers in ``epochs`` epochs after resuming the step checkpoint."""
+    out: list[list[tuple[int, int]]] = [[] for _ in range(epochs)]
+    for rank in range(world_size):
+        dataset = _dataset(root, strategy, rank, world_size)
+        dataset.resume_from_step(STOP, OLD_BATCH, OLD_WORKERS, world_size=OLD_WORLD, seed=SEED)
+        loader = streaming_dataloader(dataset, batch_size, num_workers)
+        for epoch in range(epochs):
+            for batch in loader:
+                out[epoch] += _pairs(batch)
+        shutdown_dataloader(loader)
+    return out
+
+
+@pytest.mark.parametrize(
+    "world_size,num_workers,batch_size", [(1, 3, OLD_BATCH), (3, 1, OLD_BATCH), (OLD_WORLD, OLD_WORKERS, 12)]
+)
+def test_the_rest_of_the_epoch_is_delivered_once_in_a_new_topology(
+    small_dataset, interrupted, every_frame, world_size, num_workers, batch_size, caplog
+):
+    strategy, delivered = interrupted
+    with caplog.at_level(logging.INFO, logger="lerobot_nodes.dataset"):
+        (rest,) = _resumed_epochs(small_dataset, strategy, world_size, num_workers, batch_size)
+    assert collections.Counter(delivered + rest) == every_frame, (strategy, world_size, num_workers, batch_size)
+    if (world_size, num_workers) != (OLD_WORLD, OLD_WORKERS):
+        changes = [r.message for r in caplog.records if "the topology changed" in r.message]
+        assert len(changes) == world_size  # one line per rank, from the training process
+        assert "exactly once" in changes[0] and "order differs" in changes[0] and "2 rank(s) x 2 worker(s)" in changes[0]
+
+
+def test_later_epochs_use_the_new_topology_from_scratch(small_dataset, every_frame):
+    delivered = []
+    for rank in range(OLD_WORLD):
+        loader = streaming_dataloader(_dataset(small_dataset, "remaining", rank, OLD_WORLD), OLD_BATCH, OLD_WORKERS)
+        iterator = iter(loader)
+        for _ in range(STOP):
+            delivered += _pairs(next(iterator))
+        shutdown_dataloader(loader)
+    rest, following = _resumed_epochs(small_dataset, "remaining", 1, 3, OLD_BATCH, epochs=2)
+    assert collections.Counter(delivered + rest) == every_frame
+    assert collections.Counter(following) == every_frame
+    again = _resumed_epochs(small_dataset, "remaining", 1, 3, OLD_BATCH)[0]
+    assert again == rest  # same checkpoint, same new topology: same samples
