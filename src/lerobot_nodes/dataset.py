@@ -12,6 +12,7 @@ worker's graph state with each snapshot and restores it exactly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import multiprocessing
 import multiprocessing.context
@@ -34,7 +35,7 @@ from .mp4.index import VideoIndex
 from .nodes.episode_fetch import EpisodeFetcher, default_index_provider, preferring_opened
 from .nodes.graph import StreamingGraph, build_streaming_graph, schedule_sampler
 from .nodes.pool_sampler import EpisodePoolSampler
-from .nodes.sharder import max_workers_for_rank, worker_episodes
+from .nodes.sharder import max_workers_for_rank, rank_worker_split, worker_episodes
 from .resume import (
     ResumePlan,
     SamplerFactory,
@@ -449,6 +450,12 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             )
             cost = fetcher.cost
 
+        lengths = self._lengths()
+
+        @functools.cache
+        def split(rank: int, num_workers: int) -> list[list[int]]:
+            return rank_worker_split(self.episodes, lengths, rank, world_size, num_workers, self.seed)
+
         def make(rank: int, worker_id: int, num_workers: int) -> EpisodePoolSampler:
             return schedule_sampler(
                 self.meta,
@@ -461,6 +468,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 seed=self.seed,
                 epoch=0,
                 episode_cost=cost,
+                assigned=split(rank, num_workers)[worker_id],  # the worker's own split, computed once per rank
             )
 
         return make

@@ -163,14 +163,26 @@ WorkersOfRank = Callable[[int], int]
 """``rank -> `` the DataLoader workers that rank really ran (``num_workers`` clamped to its episodes)."""
 
 
+def rank_samplers(
+    checkpoint: StepCheckpoint, rank: int, make_sampler: SamplerFactory, workers_of: WorkersOfRank | None = None
+) -> list[EpisodePoolSampler]:
+    """Fresh samplers of every worker old rank ``rank`` ran."""
+    num_workers = checkpoint.topology.num_workers if workers_of is None else workers_of(rank)
+    return [make_sampler(rank, worker, num_workers) for worker in range(max(1, num_workers))]
+
+
+def offsets_of(checkpoint: StepCheckpoint, rank: int, samplers: Sequence[EpisodePoolSampler]) -> RankOffsets:
+    """The per-worker offsets of old rank ``rank`` (:func:`resume_point` over its workers' epoch sizes)."""
+    samples = [sampler.source.num_frames for sampler in samplers]
+    offsets, next_worker = resume_point(checkpoint.step, checkpoint.batch_size, samples)
+    return RankOffsets(rank=rank, offsets=tuple(offsets), next_worker=next_worker)
+
+
 def rank_offsets(
     checkpoint: StepCheckpoint, rank: int, make_sampler: SamplerFactory, workers_of: WorkersOfRank | None = None
 ) -> RankOffsets:
-    """The per-worker offsets of old rank ``rank`` (:func:`resume_point` over its workers' epoch sizes)."""
-    num_workers = checkpoint.topology.num_workers if workers_of is None else workers_of(rank)
-    samples = [make_sampler(rank, w, num_workers).source.num_frames for w in range(max(1, num_workers))]
-    offsets, next_worker = resume_point(checkpoint.step, checkpoint.batch_size, samples)
-    return RankOffsets(rank=rank, offsets=tuple(offsets), next_worker=next_worker)
+    """The per-worker offsets of old rank ``rank``."""
+    return offsets_of(checkpoint, rank, rank_samplers(checkpoint, rank, make_sampler, workers_of))
 
 
 def replay_worker(sampler: EpisodePoolSampler, rank: int, worker: int, offset: WorkerOffset) -> WorkerPosition:
@@ -193,13 +205,12 @@ def replay_checkpoint(
     checkpoint: StepCheckpoint, make_sampler: SamplerFactory, workers_of: WorkersOfRank | None = None
 ) -> list[WorkerPosition]:
     """Every old worker of every old rank at the checkpoint (what each new rank recomputes alike)."""
-    topology = checkpoint.topology
     positions = []
-    for rank in range(topology.world_size):
-        num_workers = topology.num_workers if workers_of is None else workers_of(rank)
-        where = rank_offsets(checkpoint, rank, make_sampler, workers_of)
-        for worker, offset in enumerate(where.offsets):
-            positions.append(replay_worker(make_sampler(rank, worker, num_workers), rank, worker, offset))
+    for rank in range(checkpoint.topology.world_size):
+        samplers = rank_samplers(checkpoint, rank, make_sampler, workers_of)
+        where = offsets_of(checkpoint, rank, samplers)
+        for worker, (sampler, offset) in enumerate(zip(samplers, where.offsets, strict=True)):
+            positions.append(replay_worker(sampler, rank, worker, offset))
     return positions
 
 

@@ -23,6 +23,8 @@ from .sharder import RankWorkerSharder, seed_entropy
 
 _CHOICE_STREAM = 0x43484F53
 _FRAME_STREAM = 0x4652414D
+_SKIP_BLOCK = 256
+"""Picks :meth:`EpisodePoolSampler.fast_forward` draws per generator call at most."""
 
 
 @dataclass(frozen=True)
@@ -143,14 +145,86 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         """
         clone = self.clone(self.source.clone(initial_epoch=epoch))
         clone.reset(None)
-        for done in range(num_items):
-            try:
-                next(clone)
-            except StopIteration:
-                raise ValueError(
-                    f"cannot skip {num_items} samples: epoch {epoch} of this worker has {done}"
-                ) from None
+        try:
+            clone.fast_forward(num_items)
+        except StopIteration:
+            raise ValueError(
+                f"cannot skip {num_items} samples: epoch {epoch} of this worker has {clone._num_yielded}"
+            ) from None
         return clone.state_dict()
+
+    def fast_forward(self, num_items: int) -> None:
+        """Advance ``num_items`` items without building them (resume replay; raises ``StopIteration`` at the end).
+
+        The state afterwards equals that after ``num_items`` calls of :meth:`next` (checked by
+        tests/nodes/test_pool_sampler_fast_forward.py): same admissions, picks and generator
+        draws, but no frame orders or items. ``remaining`` draws the picks up to the next
+        possible episode end in one generator call, which yields the same numbers as one call
+        per pick.
+        """
+        left = int(num_items)
+        while left > 0:
+            self.source.mark_started()
+            self._admit()
+            if not self._pool:
+                raise StopIteration
+            left -= self._skip_remaining(left) if self.strategy == "remaining" else self._skip_round_robin(left)
+
+    def _skip_remaining(self, limit: int) -> int:
+        """Up to ``limit`` picks of ``remaining``; returns how many were made.
+
+        Until an episode ends and another is admitted, the pick totals only decrease by one, so
+        a block of picks is drawn in one generator call. When an admission changes the totals
+        mid-block, the generator is rewound and only the picks made are drawn again: the
+        numbers, and the state, are those of one call per pick.
+        """
+        remaining = [self.source.episode_length(episode) - taken for episode, taken in self._pool]
+        total = sum(remaining)
+        block = min(limit, total, _SKIP_BLOCK)
+        saved = self._rng.bit_generator.state
+        for done, draw in enumerate(self._rng.integers(np.arange(total, total - block, -1)).tolist(), start=1):
+            slot = 0
+            while draw >= remaining[slot]:
+                draw -= remaining[slot]
+                slot += 1
+            remaining[slot] -= 1
+            self._take(slot)
+            if remaining[slot] == 0:
+                del remaining[slot]
+                if done < block:
+                    held = len(self._pool)
+                    self._admit()  # what the next pick's next() does first
+                    if len(self._pool) != held:
+                        self._rng.bit_generator.state = saved
+                        self._rng.integers(np.arange(total, total - done, -1))
+                        return done
+        return block
+
+    def _skip_round_robin(self, limit: int) -> int:
+        """Up to ``limit`` picks of ``round_robin``: the rest of the current round (a new one is drawn by
+        :meth:`_pick_round_robin`), stopping after an episode ends (admission may follow)."""
+        if not self._round:
+            self._take(self._pick_round_robin())
+            return 1
+        slots = {episode: slot for slot, (episode, _) in enumerate(self._pool)}
+        done = 0
+        while self._round and done < limit:
+            slot = slots[self._round.pop(0)]
+            ends = self._pool[slot][1] + 1 == self.source.episode_length(self._pool[slot][0])
+            self._take(slot)
+            done += 1
+            if ends:
+                break
+        return done
+
+    def _take(self, slot: int) -> None:
+        """Count one frame of the episode in ``slot`` as taken (the bookkeeping of :meth:`next`)."""
+        episode, taken = self._pool[slot]
+        self._pool[slot][1] = taken + 1
+        if taken + 1 == self.source.episode_length(episode):
+            del self._pool[slot]
+            self._orders.pop(episode, None)
+        self._num_yielded += 1
 
     # -- what the prefetcher reads ----------------------------------------------------------
     def resident_episodes(self) -> list[int]:
