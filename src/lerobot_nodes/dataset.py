@@ -235,7 +235,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         key = (worker_id, num_workers, start)
         if self._graph is None or self._graph_key != key:
             self.close()
-            if start is None and max(1, num_workers) > self.max_workers:
+            if (start is None or not start.elastic) and max(1, num_workers) > self.max_workers:
                 raise ConfigError(
                     f"rank {self.rank} owns {self.max_workers} episode(s) but the DataLoader has {num_workers} workers; "
                     f"a worker needs at least one whole episode: use --num_workers={self.max_workers} or fewer "
@@ -358,7 +358,14 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
 
     # -- LeRobot-style resume from a step ---------------------------------------------------
     def resume_from_step(
-        self, step: int, batch_size: int, num_workers: int, world_size: int | None = None, seed: int | None = None
+        self,
+        step: int,
+        batch_size: int,
+        num_workers: int,
+        world_size: int | None = None,
+        seed: int | None = None,
+        *,
+        identity: Mapping[str, Any] | None = None,
     ) -> None:
         """Continue after ``step`` batches of ``batch_size`` (a LeRobot ``training_step.json``).
 
@@ -373,7 +380,12 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         split frame-balanced over the new ranks and workers, each delivered exactly once; the
         order differs from an uninterrupted run; later epochs use the new topology from scratch.
         Deterministic: the same checkpoint and new topology give the same samples. Logged once.
+        ``identity`` (the checkpointed dataset's :attr:`identity`, when the checkpoint has it) is
+        checked first: another dataset, episode selection, sampling strategy, pool size or byte
+        budget cannot be honoured (the replay would not be the old schedule) and is a ``ConfigError``.
         """
+        if identity is not None:
+            check_identity(dict(identity), self.identity)
         old_world = self.world_size if world_size is None else int(world_size)
         if seed is not None and resolve_seed(seed) != self.seed:
             self.seed = resolve_seed(seed)
@@ -382,7 +394,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self._plan = ResumePlan(checkpoint=checkpoint)
 
     def plan_resume(self, num_workers: int) -> None:
-        """Plan a pending step resume for a DataLoader of ``num_workers`` workers, in this process.
+        """Plan a pending step resume for a DataLoader of ``num_workers`` workers (as requested, before
+        clamping: every rank must take the same decision), in this process.
 
         ``streaming_dataloader`` calls it, so another topology's replay runs once per rank
         (before the workers start) and the change is logged in the training process; without
@@ -394,6 +407,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self._plan = self._planned(plan, Topology(self.world_size, int(num_workers)))
 
     def _planned(self, plan: ResumePlan, new: Topology) -> ResumePlan:
+        """Exact or elastic, decided on the requested topologies (the same on every rank); the replay
+        uses the workers each old rank really ran."""
         checkpoint = plan.checkpoint
         assert checkpoint is not None
         old = checkpoint.topology
@@ -527,8 +542,8 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
 
+    dataset.plan_resume(num_workers)  # before clamping: every rank decides on the same topology
     num_workers = dataset.clamp_num_workers(num_workers)
-    dataset.plan_resume(num_workers)
     options: dict[str, Any] = {"batch_size": batch_size, "num_workers": num_workers, "shuffle": False, "drop_last": False}
     if num_workers > 0:
         options.update(

@@ -11,6 +11,7 @@ import pytest
 from lerobot_nodes import MapStyleLeRobotDataset
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.dataset import StreamingLeRobotDataset, shutdown_dataloader, streaming_dataloader
+from lerobot_nodes.errors import ConfigError
 
 OLD_WORLD, OLD_WORKERS, OLD_BATCH, STOP = 2, 2, 8, 5  # each rank has about 12 batches per epoch
 SEED = 3
@@ -93,3 +94,23 @@ def test_later_epochs_use_the_new_topology_from_scratch(small_dataset, every_fra
     assert collections.Counter(following) == every_frame
     again = _resumed_epochs(small_dataset, "remaining", 1, 3, OLD_BATCH)[0]
     assert again == rest  # same checkpoint, same new topology: same samples
+
+
+def test_a_schedule_the_replay_cannot_reproduce_is_refused(small_dataset):
+    checkpointed = _dataset(small_dataset, "remaining", 0, OLD_WORLD)
+    resumed = _dataset(small_dataset, "round_robin", 0, 1)
+    with pytest.raises(ConfigError, match=r"streaming_sampling_strategy 'remaining' -> 'round_robin'"):
+        resumed.resume_from_step(STOP, OLD_BATCH, OLD_WORKERS, world_size=OLD_WORLD, seed=SEED, identity=checkpointed.identity)
+    other_selection = StreamingLeRobotDataset(
+        root=small_dataset, seed=SEED, config=_config("remaining"), episodes=[0, 1, 2, 3, 4, 5], world_size=1, rank=0
+    )
+    with pytest.raises(ConfigError, match=r"episode selection"):
+        other_selection.resume_from_step(STOP, OLD_BATCH, OLD_WORKERS, world_size=OLD_WORLD, identity=checkpointed.identity)
+
+
+def test_a_loader_state_of_another_topology_names_the_step_resume(small_dataset):
+    dataset = _dataset(small_dataset, "remaining", 1, OLD_WORLD)
+    loader = streaming_dataloader(dataset, OLD_BATCH, 0)
+    next(iter(loader))
+    with pytest.raises(ConfigError, match=r"world_size 2 -> 3.*resume_from_step\(step, batch_size, num_workers=0, world_size=2, seed=3\)"):
+        _dataset(small_dataset, "remaining", 1, 3).load_state_dict(dataset.state_dict())

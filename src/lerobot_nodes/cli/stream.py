@@ -297,9 +297,6 @@ def _save(path: str, loader: Any, dataset: StreamingLeRobotDataset, step: int, b
 
 def _restore(checkpoint: dict[str, Any], dataset: StreamingLeRobotDataset, loader: Any, batch_size: int, num_workers: int) -> int:
     step = int(checkpoint["step"])
-    if checkpoint.get("dataset") is not None:
-        # Checked here, so another dataset, selection or schedule fails before any worker starts.
-        check_identity(checkpoint.get("dataset"), dataset.identity)
     changed = [
         name
         for name, now in (("batch_size", batch_size), ("num_workers", num_workers), ("world_size", dataset.world_size))
@@ -315,9 +312,12 @@ def _restore(checkpoint: dict[str, Any], dataset: StreamingLeRobotDataset, loade
             int(checkpoint.get("num_workers", num_workers)),
             world_size=checkpoint.get("dp_world_size", checkpoint.get("world_size")),
             seed=checkpoint.get("seed"),
+            identity=checkpoint.get("dataset"),
         )
         dataset.plan_resume(num_workers)
         return step
+    # Checked here too, so another dataset fails before any worker starts.
+    check_identity(checkpoint.get("dataset"), dataset.identity)
     loader.load_state_dict(checkpoint["dataloader"])
     return step
 
