@@ -112,5 +112,41 @@ def test_a_loader_state_of_another_topology_names_the_step_resume(small_dataset)
     dataset = _dataset(small_dataset, "remaining", 1, OLD_WORLD)
     loader = streaming_dataloader(dataset, OLD_BATCH, 0)
     next(iter(loader))
+    state = dataset.state_dict()
+    dataset.close()  # the training process's graph threads
     with pytest.raises(ConfigError, match=r"world_size 2 -> 3.*resume_from_step\(step, batch_size, num_workers=0, world_size=2, seed=3\)"):
-        _dataset(small_dataset, "remaining", 1, 3).load_state_dict(dataset.state_dict())
+        _dataset(small_dataset, "remaining", 1, 3).load_state_dict(state)
+
+
+@pytest.mark.parametrize("num_workers", [0, 3])
+def test_a_loader_state_taken_in_the_remnant_epoch_resumes_exactly(small_dataset, num_workers):
+    datasets = []
+
+    def resumed_loader():
+        dataset = _dataset(small_dataset, "round_robin", 0, 1)
+        dataset.resume_from_step(STOP, OLD_BATCH, OLD_WORKERS, world_size=OLD_WORLD, seed=SEED)
+        datasets.append(dataset)
+        return streaming_dataloader(dataset, 4, num_workers, snapshot_every_n_steps=1)
+
+    def epochs(loader, iterator, count):
+        out = [_pairs(b) for b in iterator]
+        for _ in range(count - 1):
+            out += [_pairs(b) for b in loader]
+        return out
+
+    reference_loader = resumed_loader()
+    reference = epochs(reference_loader, iter(reference_loader), 2)
+    shutdown_dataloader(reference_loader)
+    loader = resumed_loader()
+    iterator = iter(loader)
+    head = [_pairs(next(iterator)) for _ in range(6)]
+    state = loader.state_dict()
+    shutdown_dataloader(loader)
+    datasets.append(_dataset(small_dataset, "round_robin", 0, 1))
+    restored = streaming_dataloader(datasets[-1], 4, num_workers, snapshot_every_n_steps=1)
+    restored.load_state_dict(state)
+    tail = epochs(restored, iter(restored), 2)
+    shutdown_dataloader(restored)
+    for dataset in datasets:
+        dataset.close()  # with num_workers=0 the graphs run in this process
+    assert head + tail == reference
