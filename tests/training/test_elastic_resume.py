@@ -4,7 +4,11 @@ continues as 1 x 3, 3 x 1, or with batch size 8 -> 12; the epoch delivers every 
 from __future__ import annotations
 
 import collections
+import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -150,3 +154,41 @@ def test_a_loader_state_taken_in_the_remnant_epoch_resumes_exactly(small_dataset
     for dataset in datasets:
         dataset.close()  # with num_workers=0 the graphs run in this process
     assert head + tail == reference
+
+
+def _stream(root, rank, world_size, *flags):
+    """``lerobot-nodes stream`` as one rank of a ``world_size`` run (RANK/WORLD_SIZE, as torchrun sets them)."""
+    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable, "-m", "lerobot_nodes.cli.main", "stream", f"--dataset.root={root}", f"--seed={SEED}",
+        "--dataset.streaming_episode_pool_size=2", "--quiet", *flags,
+    ]
+    subprocess.run(command, check=True, timeout=300, env=env)
+
+
+def _recorded(path):
+    return [tuple(pair) for line in path.read_text().splitlines() for pair in json.loads(line)["samples"]]
+
+
+def test_the_stream_command_resumes_a_checkpoint_of_another_topology_from_its_step(small_dataset, tmp_path, every_frame):
+    delivered = []
+    for rank in range(OLD_WORLD):
+        _stream(
+            small_dataset, rank, OLD_WORLD, f"--num_workers={OLD_WORKERS}", f"--batch_size={OLD_BATCH}",
+            f"--steps={STOP}", f"--save-checkpoint={tmp_path / f'rank{rank}.pt'}", f"--record={tmp_path / f'old{rank}.jsonl'}",
+        )
+        delivered += _recorded(tmp_path / f"old{rank}.jsonl")
+    # One rank of three workers resumes rank 0's checkpoint (any old rank's would do: they share the step).
+    record = tmp_path / "new.jsonl"
+    _stream(small_dataset, 0, 1, "--num_workers=3", "--batch_size=12", "--steps=40", f"--resume={tmp_path / 'rank0.pt'}", f"--record={record}")
+    rest = _recorded(record)
+    # The remnant epoch comes first: the shortest prefix that completes the epoch must hold each frame once.
+    seen = collections.Counter(delivered)
+    remnant = 0
+    while len(seen) < len(every_frame) and remnant < len(rest):
+        seen[rest[remnant]] += 1
+        remnant += 1
+    assert seen == every_frame, f"after {remnant} resumed samples"
+    epoch = sum(every_frame.values())
+    following = rest[remnant : remnant + epoch]  # the next epoch, from scratch in the new topology
+    assert len(following) == epoch and collections.Counter(following) == every_frame
