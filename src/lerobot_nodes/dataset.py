@@ -393,9 +393,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.close()
         self._plan = ResumePlan(checkpoint=checkpoint)
 
-    def plan_resume(self, num_workers: int) -> None:
+    def plan_resume(self, num_workers: int, batch_size: int | None = None) -> None:
         """Plan a pending step resume for a DataLoader of ``num_workers`` workers (as requested, before
-        clamping: every rank must take the same decision), in this process.
+        clamping: every rank must take the same decision) and ``batch_size`` (for the log line), in this process.
 
         ``streaming_dataloader`` calls it, so another topology's replay runs once per rank
         (before the workers start) and the change is logged in the training process; without
@@ -404,9 +404,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         plan = self._plan
         if plan is None or plan.planned:
             return
-        self._plan = self._planned(plan, Topology(self.world_size, int(num_workers)))
+        self._plan = self._planned(plan, Topology(self.world_size, int(num_workers)), batch_size)
 
-    def _planned(self, plan: ResumePlan, new: Topology) -> ResumePlan:
+    def _planned(self, plan: ResumePlan, new: Topology, batch_size: int | None = None) -> ResumePlan:
         """Exact or elastic, decided on the requested topologies (the same on every rank); the replay
         uses the workers each old rank really ran."""
         checkpoint = plan.checkpoint
@@ -414,14 +414,14 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         old = checkpoint.topology
         make_sampler = self._sampler_factory(old.world_size)
         if new.splits_like(old):
-            if new != old:
-                logger.info(describe_change(checkpoint, new, None))
+            if new != old or batch_size not in (None, checkpoint.batch_size):
+                logger.info(describe_change(checkpoint, new, None, batch_size))
             offsets = rank_offsets(checkpoint, self.rank, make_sampler, self._workers_of_rank(old))
             return ResumePlan(checkpoint=checkpoint, offsets=offsets)
         positions = replay_checkpoint(checkpoint, make_sampler, self._workers_of_rank(old))
         lengths = dict(zip(self.episodes, self._lengths(), strict=True))
         remnant = remnant_of(positions, lengths)
-        logger.info(describe_change(checkpoint, new, remnant))
+        logger.info(describe_change(checkpoint, new, remnant, batch_size))
         return ResumePlan(checkpoint=checkpoint, remnant=remnant)
 
     def _started(self, plan: ResumePlan) -> ResumePlan:
@@ -542,7 +542,7 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    dataset.plan_resume(num_workers)  # before clamping: every rank decides on the same topology
+    dataset.plan_resume(num_workers, batch_size)  # before clamping: every rank decides on the same topology
     num_workers = dataset.clamp_num_workers(num_workers)
     options: dict[str, Any] = {"batch_size": batch_size, "num_workers": num_workers, "shuffle": False, "drop_last": False}
     if num_workers > 0:

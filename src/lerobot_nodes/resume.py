@@ -360,10 +360,16 @@ def exact_start(offsets: RankOffsets, worker_id: int, num_workers: int) -> tuple
     return schedule_worker, offsets.offsets[schedule_worker]
 
 
-def describe_change(checkpoint: StepCheckpoint, new: Topology, remnant: Remnant | None) -> str:
-    """The one log line of a resume in another topology."""
+def describe_change(
+    checkpoint: StepCheckpoint, new: Topology, remnant: Remnant | None, batch_size: int | None = None
+) -> str:
+    """The one log line of a resume in another topology or batch size (``batch_size``: the new one, if known)."""
     old = checkpoint.topology
-    what = f"resuming step {checkpoint.step} (batch size {checkpoint.batch_size}) of a {old.describe()} run as {new.describe()}"
+    batch = "" if batch_size is None or batch_size == checkpoint.batch_size else f", batch size {batch_size}"
+    what = (
+        f"resuming step {checkpoint.step} (batch size {checkpoint.batch_size}) of a {old.describe()} run as "
+        f"{new.describe()}{batch}"
+    )
     if remnant is None:
         return (
             f"{what}: every worker keeps its own schedule, so each frame of the epoch is still delivered once; "

@@ -79,10 +79,13 @@ def test_the_rest_of_the_epoch_is_delivered_once_in_a_new_topology(
     with caplog.at_level(logging.INFO, logger="lerobot_nodes.dataset"):
         (rest,) = _resumed_epochs(small_dataset, strategy, world_size, num_workers, batch_size)
     assert collections.Counter(delivered + rest) == every_frame, (strategy, world_size, num_workers, batch_size)
+    lines = [r.message for r in caplog.records if r.message.startswith(f"resuming step {STOP} (batch size {OLD_BATCH})")]
+    assert len(lines) == world_size  # one line per rank, from the training process
     if (world_size, num_workers) != (OLD_WORLD, OLD_WORKERS):
-        changes = [r.message for r in caplog.records if "the topology changed" in r.message]
-        assert len(changes) == world_size  # one line per rank, from the training process
-        assert "exactly once" in changes[0] and "order differs" in changes[0] and "2 rank(s) x 2 worker(s)" in changes[0]
+        assert "the topology changed" in lines[0] and "exactly once" in lines[0] and "order differs" in lines[0]
+        assert "of a 2 rank(s) x 2 worker(s) run" in lines[0]
+    else:
+        assert lines[0].endswith("batch boundaries differ from an uninterrupted run") and "batch size 12" in lines[0]
 
 
 def test_later_epochs_use_the_new_topology_from_scratch(small_dataset, every_frame):

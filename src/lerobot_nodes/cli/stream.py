@@ -314,7 +314,7 @@ def _restore(checkpoint: dict[str, Any], dataset: StreamingLeRobotDataset, loade
             seed=checkpoint.get("seed"),
             identity=checkpoint.get("dataset"),
         )
-        dataset.plan_resume(num_workers)
+        dataset.plan_resume(num_workers, batch_size)
         return step
     # Checked here too, so another dataset fails before any worker starts.
     check_identity(checkpoint.get("dataset"), dataset.identity)
