@@ -159,14 +159,14 @@ def test_a_loader_state_taken_in_the_remnant_epoch_resumes_exactly(small_dataset
     assert head + tail == reference
 
 
-def _stream(root, rank, world_size, *flags):
+def _stream(root, rank, world_size, *flags, check=True):
     """``lerobot-nodes stream`` as one rank of a ``world_size`` run (RANK/WORLD_SIZE, as torchrun sets them)."""
     env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable, "-m", "lerobot_nodes.cli.main", "stream", f"--dataset.root={root}", f"--seed={SEED}",
         "--dataset.streaming_episode_pool_size=2", "--quiet", *flags,
     ]
-    subprocess.run(command, check=True, timeout=300, env=env)
+    return subprocess.run(command, check=check, timeout=300, env=env, capture_output=not check, text=True)
 
 
 def _recorded(path):
@@ -183,7 +183,10 @@ def test_the_stream_command_resumes_a_checkpoint_of_another_topology_from_its_st
         delivered += _recorded(tmp_path / f"old{rank}.jsonl")
     # One rank of three workers resumes rank 0's checkpoint (any old rank's would do: they share the step).
     record = tmp_path / "new.jsonl"
-    _stream(small_dataset, 0, 1, "--num_workers=3", "--batch_size=12", "--steps=40", f"--resume={tmp_path / 'rank0.pt'}", f"--record={record}")
+    _stream(
+        small_dataset, 0, 1, "--num_workers=3", "--batch_size=12", "--steps=40", f"--resume={tmp_path / 'rank0.pt'}",
+        f"--record={record}", f"--save-checkpoint={tmp_path / 'new.pt'}",
+    )
     rest = _recorded(record)
     # The remnant epoch comes first: the shortest prefix that completes the epoch must hold each frame once.
     seen = collections.Counter(delivered)
@@ -195,3 +198,6 @@ def test_the_stream_command_resumes_a_checkpoint_of_another_topology_from_its_st
     epoch = sum(every_frame.values())
     following = rest[remnant : remnant + epoch]  # the next epoch, from scratch in the new topology
     assert len(following) == epoch and collections.Counter(following) == every_frame
+    # Its own checkpoints resume exactly in its topology, but their step cannot be replayed again elsewhere.
+    refused = _stream(small_dataset, 0, 1, "--num_workers=2", "--batch_size=12", "--steps=45", f"--resume={tmp_path / 'new.pt'}", check=False)
+    assert refused.returncode != 0 and "cannot be replayed through two topologies" in refused.stderr
