@@ -12,6 +12,7 @@ worker's graph state with each snapshot and restores it exactly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import multiprocessing
 import multiprocessing.context
@@ -32,9 +33,25 @@ from .lifeline import GuardedWorkerInit, guard_forkserver, guard_worker
 from .meta import DatasetMeta, load_meta, select_episodes
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
-from .nodes.graph import StreamingGraph, build_streaming_graph
-from .nodes.sharder import max_workers_for_rank, worker_episodes
-from .resume import WorkerOffset, resume_point
+from .nodes.episode_fetch import EpisodeFetcher, default_index_provider, preferring_opened
+from .nodes.graph import StreamingGraph, build_streaming_graph, schedule_sampler
+from .nodes.pool_sampler import EpisodePoolSampler
+from .nodes.sharder import max_workers_for_rank, rank_worker_split, worker_episodes
+from .resume import (
+    ResumePlan,
+    SamplerFactory,
+    StepCheckpoint,
+    Topology,
+    WorkerOffset,
+    WorkerStart,
+    assign_remnant,
+    describe_change,
+    exact_start,
+    rank_offsets,
+    remnant_of,
+    replay_checkpoint,
+    resume_point,
+)
 from .sample import SampleSpec
 from .sidecar import open_video_indexes
 from .sources import ByteSource
@@ -54,6 +71,8 @@ STATE_VERSION = 1
 GRAPH_KEY = "graph"
 IDENTITY_KEY = "dataset"
 SEED_KEY = "seed"
+START_KEY = "start"
+CHECKPOINT_KEY = "step_checkpoint"
 TOPOLOGY_KEY = "topology"
 VERSION_KEY = "version"
 MAX_METRIC_ROWS = 256
@@ -132,14 +151,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
         self.metrics = StreamingMetrics(self.counters)
         self._graph: StreamingGraph | None = None
-        self._graph_topology: tuple[int, int] | None = None
-        # After a step-offset resume, DataLoader worker p plays worker (p + shift) % n for the rest
-        # of that epoch, because a new DataLoader asks worker 0 first (see _state_after_step).
-        self._worker_shift = 0
-        self._shifted_epoch: int | None = None
-        self._pending_state: dict[str, Any] | None = None
-        self._pending_step: tuple[int, int, int] | None = None
-        self._iterated = False
+        self._graph_key: tuple[int, int, WorkerStart | None] | None = None
+        # How the next iter() starts after a resume (lerobot_nodes.resume); None: plain epochs.
+        self._plan: ResumePlan | None = None
 
     def _open_indexes(self) -> dict[str, VideoIndex]:
         """The MP4 indexes of the selected episodes, checked against the metadata.
@@ -179,7 +193,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         # A live graph holds threads and is never picklable; each worker builds its own.
         state = self.__dict__.copy()
         state["_graph"] = None
-        state["_graph_topology"] = None
+        state["_graph_key"] = None
         state["_indexes"] = None  # a worker opens the indexes of its own episodes
         return state
 
@@ -188,14 +202,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         info = get_worker_info()
         return (info.id, info.num_workers) if info is not None else (0, 0)
 
-    def _topology(self) -> tuple[int, int]:
-        """(the worker whose schedule this process reads, number of workers)."""
-        worker_id, num_workers = self._physical_topology()
-        if num_workers > 0 and self._worker_shift:
-            return (worker_id + self._worker_shift) % num_workers, num_workers
-        return worker_id, num_workers
-
-    def _build_graph(self, worker_id: int, num_workers: int, epoch: int) -> StreamingGraph:
+    def _build_graph(self, worker_id: int, num_workers: int, epoch: int, start: WorkerStart | None) -> StreamingGraph:
         if num_workers > 0:
             # A worker of any DataLoader (not only streaming_dataloader's) ends with the
             # training process; idempotent, and a no-op when worker_init_fn did it already.
@@ -208,11 +215,11 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             self.episodes,
             rank=self.rank,
             world_size=self.world_size,
-            worker_id=worker_id,
+            worker_id=worker_id if start is None else start.schedule_worker,
             num_workers=num_workers,
             config=self.config,
             seed=self.seed,
-            epoch=epoch,
+            epoch=epoch if start is None else start.epoch,
             delta_timestamps=self.delta_timestamps,
             tolerance_s=self.tolerance_s,
             image_transforms=self.image_transforms,
@@ -220,47 +227,50 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             return_uint8=self.return_uint8,
             opened_indexes=self._indexes,
             metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS),
+            assigned=None if start is None else start.assigned,
+            carried=None if start is None else start.carried_map(),
         )
 
-    def _ensure_graph(self, epoch: int = 0) -> StreamingGraph:
-        topology = self._topology()
-        if self._graph is None or self._graph_topology != topology:
-            if self._graph is not None:
-                self._graph.close()
-            worker_id, num_workers = topology
-            if max(1, num_workers) > self.max_workers:
+    def _ensure_graph(self, epoch: int = 0, start: WorkerStart | None = None) -> StreamingGraph:
+        """The graph of this reader: its own schedule from ``epoch``, or ``start``'s first epoch."""
+        worker_id, num_workers = self._physical_topology()
+        key = (worker_id, num_workers, start)
+        if self._graph is None or self._graph_key != key:
+            self.close()
+            if (start is None or not start.elastic) and max(1, num_workers) > self.max_workers:
                 raise ConfigError(
                     f"rank {self.rank} owns {self.max_workers} episode(s) but the DataLoader has {num_workers} workers; "
                     f"a worker needs at least one whole episode: use --num_workers={self.max_workers} or fewer "
                     "(StreamingLeRobotDataset.clamp_num_workers does this with a warning)"
                 )
-            self._graph = self._build_graph(worker_id, num_workers, epoch)
-            self._graph_topology = topology
-            self._iterated = False
+            self._graph = self._build_graph(worker_id, num_workers, epoch, start)
+            self._graph_key = key
         return self._graph
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        if self._pending_step is not None:
-            self._pending_state = self._state_after_step(*self._pending_step)
-            self._pending_step = None
-        if self._worker_shift and self._pending_state is None and self._iterated:
-            # The epoch that a step-offset resume started ran with shifted workers; the next
-            # epoch starts from worker 0 again, so every process reads its own worker's schedule.
-            next_epoch = (self._shifted_epoch or 0) + 1
-            self._worker_shift, self._shifted_epoch = 0, None
-            self.close()
-            graph = self._ensure_graph(epoch=next_epoch)
-            graph.root.reset(None)
-            self._iterated = True
-            return self._samples(graph)
-        graph = self._ensure_graph()
-        if self._pending_state is not None:
-            state, self._pending_state = self._pending_state, None
-            graph.root.reset(state)
-        else:
+        plan = self._plan
+        if plan is None:
             # A new iterator after a finished one is the next epoch (the sharder counts epochs).
+            graph = self._ensure_graph()
             graph.root.reset(None)
-        self._iterated = True
+            return self._samples(graph)
+        if plan.running:
+            # The resume's epoch is over: plain epochs of this reader's own schedule from here.
+            assert plan.start is not None
+            self._plan = None
+            self.close()
+            graph = self._ensure_graph(epoch=plan.start.next_epoch)
+            graph.root.reset(None)
+            return self._samples(graph)
+        if plan.start is None and plan.checkpoint is not None:
+            plan = self._plan = self._started(plan)
+        graph = self._ensure_graph(start=plan.start)
+        state = plan.graph_state
+        if state is None and plan.start is not None and not plan.start.elastic:
+            # Exact continuation: the schedule fast-forwarded on the logical level, nothing fetched.
+            state = graph.state_after(plan.start.samples, plan.start.epoch)
+        graph.root.reset(state)
+        self._plan = ResumePlan(start=plan.start, running=True) if plan.start is not None else None
         return self._samples(graph)
 
     def _samples(self, graph: StreamingGraph) -> Iterator[dict[str, Any]]:
@@ -281,34 +291,43 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     # -- state ----------------------------------------------------------------------------
     def _topology_state(self) -> dict[str, int]:
         worker_id, num_workers = self._physical_topology()
-        return {
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "worker_id": worker_id,
-            "num_workers": num_workers,
-            "worker_shift": self._worker_shift,
-            "shifted_epoch": -1 if self._shifted_epoch is None else self._shifted_epoch,
-        }
+        return {"rank": self.rank, "world_size": self.world_size, "worker_id": worker_id, "num_workers": num_workers}
 
     def state_dict(self) -> dict[str, Any]:
-        """Small, plain state: the graph's schedule position, the seed, the topology and the dataset identity."""
-        if self._pending_state is not None:
-            graph_state = self._pending_state
-        elif self._graph is not None and self._iterated:
+        """Small, plain state: the graph's schedule position, the seed, the topology and the dataset identity.
+
+        During the first epoch after a step resume it also records that epoch's start (which old
+        worker's schedule, or which remnant episodes, this reader continues); before the first
+        ``iter()`` of a step resume, the step checkpoint itself.
+        """
+        plan = self._plan
+        if plan is not None and plan.graph_state is not None:
+            graph_state = plan.graph_state
+        elif self._graph is not None and (plan is None or plan.running):
             graph_state = self._graph.root.state_dict()
         else:
             graph_state = None
+        checkpoint = plan.checkpoint if plan is not None and plan.start is None else None
         return {
             VERSION_KEY: STATE_VERSION,
             SEED_KEY: self.seed,
             TOPOLOGY_KEY: self._topology_state(),
             IDENTITY_KEY: self.identity,
             GRAPH_KEY: graph_state,
+            START_KEY: None if plan is None or plan.start is None else plan.start.to_state(),
+            CHECKPOINT_KEY: None if checkpoint is None else _checkpoint_state(checkpoint),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`; the seed is restored, another dataset, selection, schedule or
-        topology is an error (a state without an identity, from an older version, is not checked)."""
+        """Resume exactly from :meth:`state_dict`, in the topology it was taken in.
+
+        The seed is restored; another dataset, selection or schedule is a ``ConfigError``. A
+        state from another rank count or worker count is a ``ConfigError`` too: it holds only
+        its own rank's position, so it cannot say what the other ranks delivered. Resume such a
+        run with :meth:`resume_from_step` and the training checkpoint's step: every rank then
+        replays every old rank's schedule and the rest of the epoch is split over the new
+        topology, each frame once. (A state without an identity, from an older version, is not checked.)
+        """
         if not isinstance(state, dict) or state.get(VERSION_KEY) != STATE_VERSION:
             raise ConfigError(
                 f"this is not a StreamingLeRobotDataset state of version {STATE_VERSION}: got keys "
@@ -322,46 +341,154 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         if changed:
             details = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
             raise ConfigError(
-                f"cannot resume exactly: {details}. Changing world size, batch size or --num_workers changes which "
-                "worker owns which batch; resume with the same three, or use resume_from_step() to accept a new "
-                "split of the remaining samples"
+                f"cannot resume this loader state: {details}. A loader state holds only its own rank's position and "
+                "batch ownership changes with world size, batch size and --num_workers; resume with the same three, "
+                f"or call resume_from_step(step, batch_size, num_workers={saved['num_workers']}, "
+                f"world_size={saved['world_size']}, seed={state[SEED_KEY]}) with the training checkpoint's step and "
+                "batch size: the rest of the epoch is then split over the new topology, every frame once"
             )
         if int(state[SEED_KEY]) != self.seed:
             logger.info("restoring the streaming seed %s from the checkpoint (was %s)", state[SEED_KEY], self.seed)
             self.seed = int(state[SEED_KEY])
-            self.close()
-        shift = int(saved.get("worker_shift", 0))
-        if shift != self._worker_shift:
-            self._worker_shift = shift
-            self.close()
-        shifted_epoch = int(saved.get("shifted_epoch", -1))
-        self._shifted_epoch = None if shifted_epoch < 0 else shifted_epoch
-        self._pending_step = None
-        self._pending_state = state[GRAPH_KEY]
+        self.close()
+        start = _saved_start(state, saved)
+        checkpoint = state.get(CHECKPOINT_KEY)
+        if checkpoint is not None and state[GRAPH_KEY] is None and start is None:
+            self._plan = ResumePlan(checkpoint=_checkpoint_from_state(checkpoint))
+            return
+        self._plan = ResumePlan(start=start, graph_state=state[GRAPH_KEY]) if start or state[GRAPH_KEY] else None
 
     # -- LeRobot-style resume from a step ---------------------------------------------------
     def resume_from_step(
-        self, step: int, batch_size: int, num_workers: int, world_size: int | None = None, seed: int | None = None
+        self,
+        step: int,
+        batch_size: int,
+        num_workers: int,
+        world_size: int | None = None,
+        seed: int | None = None,
+        *,
+        identity: Mapping[str, Any] | None = None,
     ) -> None:
         """Continue after ``step`` batches of ``batch_size`` (a LeRobot ``training_step.json``).
 
-        Each worker derives its own sample offset from the DataLoader's round-robin order and
-        fast-forwards its schedule without fetching or decoding the skipped samples.
-        ``seed`` is the checkpoint's seed (pass 42 for checkpoints made before the seed reached
-        the dataset). A checkpoint from another world size cannot be continued exactly: it
-        raises, because batch ownership changes between ranks.
+        ``num_workers``, ``world_size`` (default: this run's) and ``seed`` are the checkpointed
+        run's (pass ``seed=42`` for checkpoints made before the seed reached the dataset); this
+        run's topology comes from the environment and the DataLoader as usual.
+
+        Guarantees (``lerobot_nodes.resume``): the skipped samples are never fetched or decoded.
+        Same world size and worker count: every worker continues its own schedule, sample-exact
+        when the batch size is unchanged. Another world size or worker count: every rank replays
+        the old schedules of all ranks, and the frames not yet delivered in the current epoch are
+        split frame-balanced over the new ranks and workers, each delivered exactly once; the
+        order differs from an uninterrupted run; later epochs use the new topology from scratch.
+        Deterministic: the same checkpoint and new topology give the same samples. Logged once.
+        ``identity`` (the checkpointed dataset's :attr:`identity`, when the checkpoint has it) is
+        checked first: another dataset, episode selection, sampling strategy, pool size or byte
+        budget cannot be honoured (the replay would not be the old schedule) and is a ``ConfigError``.
         """
-        if world_size is not None and int(world_size) != self.world_size:
-            raise ConfigError(
-                f"the checkpoint was made with world size {world_size}, this run has {self.world_size}: batch ownership "
-                "changes with the world size, so the step offset does not say which samples each rank consumed. "
-                "Resume with the same world size, batch size and --num_workers"
-            )
+        if identity is not None:
+            check_identity(dict(identity), self.identity)
+        old_world = self.world_size if world_size is None else int(world_size)
         if seed is not None and resolve_seed(seed) != self.seed:
             self.seed = resolve_seed(seed)
-            self.close()
-        self._pending_state = None
-        self._pending_step = (int(step), int(batch_size), int(num_workers))
+        checkpoint = StepCheckpoint(int(step), int(batch_size), Topology(old_world, int(num_workers)))
+        self.close()
+        self._plan = ResumePlan(checkpoint=checkpoint)
+
+    def plan_resume(self, num_workers: int, batch_size: int | None = None) -> None:
+        """Plan a pending step resume for a DataLoader of ``num_workers`` workers (as requested, before
+        clamping: every rank must take the same decision) and ``batch_size`` (for the log line), in this process.
+
+        ``streaming_dataloader`` calls it, so another topology's replay runs once per rank
+        (before the workers start) and the change is logged in the training process; without
+        it every reader plans on its first ``iter()``. A no-op without a pending step resume.
+        """
+        plan = self._plan
+        if plan is None or plan.planned:
+            return
+        self._plan = self._planned(plan, Topology(self.world_size, int(num_workers)), batch_size)
+
+    def _planned(self, plan: ResumePlan, new: Topology, batch_size: int | None = None) -> ResumePlan:
+        """Exact or elastic, decided on the requested topologies (the same on every rank); the replay
+        uses the workers each old rank really ran."""
+        checkpoint = plan.checkpoint
+        assert checkpoint is not None
+        old = checkpoint.topology
+        make_sampler = self._sampler_factory(old.world_size)
+        if new.splits_like(old):
+            if new != old or batch_size not in (None, checkpoint.batch_size):
+                logger.info(describe_change(checkpoint, new, None, batch_size))
+            offsets = rank_offsets(checkpoint, self.rank, make_sampler, self._workers_of_rank(old))
+            return ResumePlan(checkpoint=checkpoint, offsets=offsets)
+        positions = replay_checkpoint(checkpoint, make_sampler, self._workers_of_rank(old))
+        lengths = dict(zip(self.episodes, self._lengths(), strict=True))
+        remnant = remnant_of(positions, lengths)
+        logger.info(describe_change(checkpoint, new, remnant, batch_size))
+        return ResumePlan(checkpoint=checkpoint, remnant=remnant)
+
+    def _started(self, plan: ResumePlan) -> ResumePlan:
+        """``plan`` with this reader's :class:`WorkerStart` (planned here if the training process did not)."""
+        worker_id, num_workers = self._physical_topology()
+        new = Topology(self.world_size, num_workers)
+        if not plan.planned:
+            plan = self._planned(plan, new)
+        if plan.offsets is not None:
+            schedule_worker, offset = exact_start(plan.offsets, worker_id, num_workers)
+            start = WorkerStart(epoch=offset.epoch, schedule_worker=schedule_worker, samples=offset.samples)
+        else:
+            assert plan.remnant is not None
+            start = assign_remnant(plan.remnant, new, self.rank, worker_id, self.seed)
+        return ResumePlan(start=start)
+
+    def _workers_of_rank(self, old: Topology) -> Callable[[int], int]:
+        """Workers each old rank really had: ``streaming_dataloader`` clamps them to the episodes it owns."""
+        lengths = self._lengths()
+
+        def workers(rank: int) -> int:
+            owned = max_workers_for_rank(self.episodes, lengths, rank, old.world_size, self.seed)
+            return min(old.num_workers, owned)
+
+        return workers
+
+    def _sampler_factory(self, world_size: int) -> SamplerFactory:
+        """Plain schedules of ``world_size`` ranks as the graph builds them, with the real byte costs (from
+        the MP4 indexes: metadata, no payload)."""
+        cost = None
+        if self.meta.video_keys:
+            provider = default_index_provider(self.source, self.meta, self.config.streaming_sidecar_lock_timeout_s)
+            if self._indexes:
+                provider = preferring_opened(provider, self._indexes)
+            fetcher = EpisodeFetcher(
+                self.source,
+                self.meta,
+                episodes=self.episodes,
+                index_provider=provider,
+                lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s,
+            )
+            cost = fetcher.cost
+
+        lengths = self._lengths()
+
+        @functools.cache
+        def split(rank: int, num_workers: int) -> list[list[int]]:
+            return rank_worker_split(self.episodes, lengths, rank, world_size, num_workers, self.seed)
+
+        def make(rank: int, worker_id: int, num_workers: int) -> EpisodePoolSampler:
+            return schedule_sampler(
+                self.meta,
+                self.episodes,
+                rank=rank,
+                world_size=world_size,
+                worker_id=worker_id,
+                num_workers=num_workers,
+                config=self.config,
+                seed=self.seed,
+                epoch=0,
+                episode_cost=cost,
+                assigned=split(rank, num_workers)[worker_id],  # the worker's own split, computed once per rank
+            )
+
+        return make
 
     def worker_samples(self, num_workers: int) -> list[int]:
         """Samples each worker of this rank yields per epoch."""
@@ -377,24 +504,33 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     def worker_offset(self, step: int, batch_size: int, num_workers: int, worker_id: int) -> WorkerOffset:
         return resume_point(step, batch_size, self.worker_samples(num_workers))[0][worker_id]
 
-    def _state_after_step(self, step: int, batch_size: int, num_workers: int) -> dict[str, Any]:
-        _, current_workers = self._physical_topology()
-        if current_workers != num_workers:
-            warnings.warn(
-                f"resuming a step offset computed for --num_workers={num_workers} with {current_workers} workers: "
-                "batch ownership changes, so the continuation is not sample-exact",
-                stacklevel=2,
-            )
-        offsets, next_worker = resume_point(step, batch_size, self.worker_samples(current_workers))
-        # A new DataLoader takes its first batch from worker 0, the interrupted run's next batch
-        # came from ``next_worker``: shift which schedule each process reads for this epoch.
-        self._worker_shift = next_worker if current_workers > 0 else 0
-        self._shifted_epoch = offsets[0].epoch if self._worker_shift else None
-        self.close()
-        logical_worker, _ = self._topology()
-        offset = offsets[logical_worker]
-        graph = self._ensure_graph(epoch=offset.epoch)
-        return graph.state_after(offset.samples)
+
+def _checkpoint_state(checkpoint: StepCheckpoint) -> dict[str, int]:
+    return {
+        "step": checkpoint.step,
+        "batch_size": checkpoint.batch_size,
+        "world_size": checkpoint.topology.world_size,
+        "num_workers": checkpoint.topology.num_workers,
+    }
+
+
+def _checkpoint_from_state(state: Mapping[str, Any]) -> StepCheckpoint:
+    return StepCheckpoint(
+        int(state["step"]), int(state["batch_size"]), Topology(int(state["world_size"]), int(state["num_workers"]))
+    )
+
+
+def _saved_start(state: Mapping[str, Any], topology: Mapping[str, Any]) -> WorkerStart | None:
+    """The saved epoch start; states of the previous version recorded a worker shift instead."""
+    if state.get(START_KEY) is not None:
+        return WorkerStart.from_state(state[START_KEY])
+    shift = int(topology.get("worker_shift", 0))
+    if not shift:
+        return None
+    return WorkerStart(
+        epoch=int(topology["shifted_epoch"]),
+        schedule_worker=(int(topology["worker_id"]) + shift) % int(topology["num_workers"]),
+    )
 
 
 def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_workers: int, **kwargs: Any) -> Any:
@@ -409,6 +545,7 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
 
+    dataset.plan_resume(num_workers, batch_size)  # before clamping: every rank decides on the same topology
     num_workers = dataset.clamp_num_workers(num_workers)
     options: dict[str, Any] = {"batch_size": batch_size, "num_workers": num_workers, "shuffle": False, "drop_last": False}
     relay: WorkerLogRelay | None = None

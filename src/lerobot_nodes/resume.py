@@ -1,17 +1,35 @@
-"""Where each DataLoader worker stands after ``step`` batches: LeRobot-style step-offset resume.
+"""Resume planning, as pure functions: where each reader starts after a checkpoint.
 
-LeRobot checkpoints store only ``step``, ``batch_size`` and the world size. A map-style run
-derives its sampler position from them; a streaming run must derive, per worker, how many
-samples that worker had delivered. ``StatefulDataLoader`` (and ``DataLoader``) take batches
-from the workers in turn (w0, w1, ..., skipping workers whose epoch is over), each batch
-from one worker, so the count follows from every worker's batches per epoch.
+A *loader state* (``StatefulDataLoader.state_dict()``) holds every node's position and resumes
+exactly in the same topology. A *step checkpoint* (LeRobot's ``training_step.json``: step,
+batch size, world size, ``--num_workers``, seed) holds none; this module derives it:
+
+1. :func:`resume_point` -- per worker of a rank, the samples delivered after ``step`` batches.
+   ``StatefulDataLoader`` (and ``DataLoader``) take batches from the workers in turn (w0, w1,
+   ..., skipping workers whose epoch is over), each batch from one worker.
+2. :func:`replay_worker` / :func:`replay_checkpoint` -- the old schedules replayed to those
+   offsets with the pool sampler's own code (``EpisodePoolSampler.state_after``): arithmetic on
+   sharder and sampler states, nothing fetched or decoded.
+3. Same split (world size and worker count unchanged): :func:`exact_start` -- each worker
+   continues its own schedule (sample-exact when the batch size is unchanged too).
+   Another split: :func:`remnant_of` collects the frames no old worker delivered in its current
+   epoch, :func:`assign_remnant` splits them frame-balanced over the new ranks and workers as
+   whole episodes (a partly delivered episode continues with its remaining frames only).
+   Each new rank computes the same remnant, so every remaining frame is delivered exactly once.
+
+The result is a :class:`WorkerStart` per reader: the starting state of its sharder and pool
+sampler. The nodes after the sampler hold no schedule.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .nodes.pool_sampler import EpisodePoolSampler
+from .nodes.sharder import RankWorkerSharder, frame_balanced_assignment, seed_entropy
 
 
 @dataclass(frozen=True)
@@ -58,3 +76,334 @@ def resume_point(step: int, batch_size: int, worker_samples: Sequence[int]) -> t
         for count, samples in zip(taken, worker_samples, strict=True)
     ]
     return offsets, worker
+
+
+# -- topologies and step checkpoints ----------------------------------------------------------
+@dataclass(frozen=True)
+class Topology:
+    """How a run splits the stream: ``world_size`` ranks of ``num_workers`` DataLoader workers each.
+
+    ``num_workers=0`` (the training process reads) splits a rank like one worker does.
+    """
+
+    world_size: int
+    num_workers: int
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or self.num_workers < 0:
+            raise ValueError(f"world_size must be >= 1 and num_workers >= 0, got {self}")
+
+    @property
+    def parts(self) -> int:
+        """Schedules per rank (one for ``num_workers=0``)."""
+        return max(1, self.num_workers)
+
+    def splits_like(self, other: Topology) -> bool:
+        """Whether both give every worker the same episodes and schedule (same ranks, same parts)."""
+        return self.world_size == other.world_size and self.parts == other.parts
+
+    def describe(self) -> str:
+        return f"{self.world_size} rank(s) x {self.num_workers} worker(s)"
+
+
+@dataclass(frozen=True)
+class StepCheckpoint:
+    """A LeRobot-style checkpoint: every rank consumed ``step`` batches of ``batch_size`` in ``topology``.
+
+    The arithmetic assumes the run read plain epochs in one topology from step 0.
+    """
+
+    step: int
+    batch_size: int
+    topology: Topology
+
+    def __post_init__(self) -> None:
+        if self.step < 0 or self.batch_size < 1:
+            raise ValueError(f"step must be >= 0 and batch_size >= 1, got {self}")
+
+
+SamplerFactory = Callable[[int, int, int], EpisodePoolSampler]
+"""``(rank, worker_id, num_workers) -> `` a fresh (not reset) sampler of that worker's plain schedule,
+built as the graph builds it (``nodes.graph.schedule_sampler``)."""
+
+
+# -- replaying the old schedule (arithmetic, no I/O) -------------------------------------------
+@dataclass(frozen=True)
+class WorkerPosition:
+    """Old worker ``worker`` of rank ``rank`` after the checkpoint: ``samples`` delivered in ``epoch``.
+
+    ``admitted`` are the episodes its pool admitted so far, ``pool`` the resident ones with the
+    frames taken of each; ``sampler_state`` restores its sampler exactly there.
+    """
+
+    rank: int
+    worker: int
+    epoch: int
+    samples: int
+    episodes: tuple[int, ...]
+    admitted: tuple[int, ...]
+    pool: tuple[tuple[int, int], ...]
+    sampler_state: dict[str, Any] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class RankOffsets:
+    """Where every worker of one old rank stands, and which worker yields the rank's next batch."""
+
+    rank: int
+    offsets: tuple[WorkerOffset, ...]
+    next_worker: int
+
+    @property
+    def epoch(self) -> int:
+        return self.offsets[0].epoch
+
+
+WorkersOfRank = Callable[[int], int]
+"""``rank -> `` the DataLoader workers that rank really ran (``num_workers`` clamped to its episodes)."""
+
+
+def rank_samplers(
+    checkpoint: StepCheckpoint, rank: int, make_sampler: SamplerFactory, workers_of: WorkersOfRank | None = None
+) -> list[EpisodePoolSampler]:
+    """Fresh samplers of every worker old rank ``rank`` ran."""
+    num_workers = checkpoint.topology.num_workers if workers_of is None else workers_of(rank)
+    return [make_sampler(rank, worker, num_workers) for worker in range(max(1, num_workers))]
+
+
+def offsets_of(checkpoint: StepCheckpoint, rank: int, samplers: Sequence[EpisodePoolSampler]) -> RankOffsets:
+    """The per-worker offsets of old rank ``rank`` (:func:`resume_point` over its workers' epoch sizes)."""
+    samples = [sampler.source.num_frames for sampler in samplers]
+    offsets, next_worker = resume_point(checkpoint.step, checkpoint.batch_size, samples)
+    return RankOffsets(rank=rank, offsets=tuple(offsets), next_worker=next_worker)
+
+
+def rank_offsets(
+    checkpoint: StepCheckpoint, rank: int, make_sampler: SamplerFactory, workers_of: WorkersOfRank | None = None
+) -> RankOffsets:
+    """The per-worker offsets of old rank ``rank``."""
+    return offsets_of(checkpoint, rank, rank_samplers(checkpoint, rank, make_sampler, workers_of))
+
+
+def replay_worker(sampler: EpisodePoolSampler, rank: int, worker: int, offset: WorkerOffset) -> WorkerPosition:
+    """Replay ``sampler``'s own schedule to ``offset``: the sampler's code on a clone, nothing fetched or decoded."""
+    state = sampler.state_after(offset.samples, offset.epoch)
+    cursor = int(state[EpisodePoolSampler.SOURCE_KEY][RankWorkerSharder.CURSOR_KEY])
+    return WorkerPosition(
+        rank=rank,
+        worker=worker,
+        epoch=offset.epoch,
+        samples=offset.samples,
+        episodes=tuple(sampler.source.episodes),
+        admitted=tuple(sampler.source.epoch_order(offset.epoch)[:cursor]),
+        pool=tuple((int(e), int(taken)) for e, taken in state[EpisodePoolSampler.POOL_KEY]),
+        sampler_state=state,
+    )
+
+
+def replay_checkpoint(
+    checkpoint: StepCheckpoint, make_sampler: SamplerFactory, workers_of: WorkersOfRank | None = None
+) -> list[WorkerPosition]:
+    """Every old worker of every old rank at the checkpoint (what each new rank recomputes alike)."""
+    positions = []
+    for rank in range(checkpoint.topology.world_size):
+        samplers = rank_samplers(checkpoint, rank, make_sampler, workers_of)
+        where = offsets_of(checkpoint, rank, samplers)
+        for worker, (sampler, offset) in enumerate(zip(samplers, where.offsets, strict=True)):
+            positions.append(replay_worker(sampler, rank, worker, offset))
+    return positions
+
+
+# -- the remnant: what the old topology had not delivered yet ----------------------------------
+@dataclass(frozen=True)
+class RemnantEpisode:
+    """An episode of the remnant: ``taken`` of its ``length`` frames were delivered, in the frame
+    order of ``order_epoch`` (``taken=0``: untouched)."""
+
+    episode: int
+    length: int
+    taken: int = 0
+    order_epoch: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.length - self.taken
+
+
+@dataclass(frozen=True)
+class Remnant:
+    """The frames no old rank delivered in its current epoch, as episodes (sorted by index).
+
+    ``epoch`` is the epoch the remnant is read as (the latest epoch of any old rank); plain
+    epochs continue from ``epoch + 1``.
+    """
+
+    epoch: int
+    episodes: tuple[RemnantEpisode, ...]
+
+    @property
+    def num_frames(self) -> int:
+        return sum(item.remaining for item in self.episodes)
+
+
+def remnant_of(positions: Sequence[WorkerPosition], lengths: Mapping[int, int]) -> Remnant:
+    """The undelivered rest of every old worker's current epoch.
+
+    Guarantee: a frame is in the remnant iff its old worker had not delivered it in that
+    worker's current epoch; old workers own disjoint episodes, so no frame appears twice.
+    """
+    items: list[RemnantEpisode] = []
+    for position in positions:
+        resident = dict(position.pool)
+        admitted = set(position.admitted)
+        for episode in position.episodes:
+            taken = resident.get(episode)
+            if taken is not None and taken > 0:
+                items.append(RemnantEpisode(episode, int(lengths[episode]), taken, position.epoch))
+            elif taken is not None or episode not in admitted:
+                items.append(RemnantEpisode(episode, int(lengths[episode])))
+    epoch = max((position.epoch for position in positions), default=0)
+    return Remnant(epoch=epoch, episodes=tuple(sorted(items, key=lambda item: item.episode)))
+
+
+# -- where each new worker starts --------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerStart:
+    """How one reader (a DataLoader worker, or the training process) runs its first epoch after a resume.
+
+    Exact (``assigned is None``): it continues old worker ``schedule_worker`` of its own rank,
+    from ``sampler_state`` after ``samples`` delivered samples (``None``: from the epoch's start).
+    Elastic: it reads the remnant episodes ``assigned`` to it; ``carried`` lists
+    ``(episode, frames taken, order epoch)`` of those partly delivered. Either way, epoch
+    ``epoch + 1`` onwards are plain epochs of the reader's own topology.
+    """
+
+    epoch: int
+    schedule_worker: int
+    samples: int = 0
+    sampler_state: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    assigned: tuple[int, ...] | None = None
+    carried: tuple[tuple[int, int, int], ...] = ()
+
+    EPOCH_KEY: ClassVar[str] = "epoch"
+    WORKER_KEY: ClassVar[str] = "schedule_worker"
+    ASSIGNED_KEY: ClassVar[str] = "assigned"
+    CARRIED_KEY: ClassVar[str] = "carried"
+
+    @property
+    def elastic(self) -> bool:
+        return self.assigned is not None
+
+    @property
+    def next_epoch(self) -> int:
+        return self.epoch + 1
+
+    def carried_map(self) -> dict[int, tuple[int, int]]:
+        """``episode -> (frames taken, order epoch)``, as ``EpisodePoolSampler(carried=...)`` takes it."""
+        return {episode: (taken, order_epoch) for episode, taken, order_epoch in self.carried}
+
+    def to_state(self) -> dict[str, Any]:
+        """Plain values to save with a loader state (the sampler position is in the graph state)."""
+        return {
+            self.EPOCH_KEY: self.epoch,
+            self.WORKER_KEY: self.schedule_worker,
+            self.ASSIGNED_KEY: None if self.assigned is None else list(self.assigned),
+            self.CARRIED_KEY: [list(item) for item in self.carried],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> WorkerStart:
+        assigned = state[cls.ASSIGNED_KEY]
+        return cls(
+            epoch=int(state[cls.EPOCH_KEY]),
+            schedule_worker=int(state[cls.WORKER_KEY]),
+            assigned=None if assigned is None else tuple(int(e) for e in assigned),
+            carried=tuple((int(e), int(t), int(o)) for e, t, o in state[cls.CARRIED_KEY]),
+        )
+
+
+_REMNANT_STREAM = 0x524D4E54
+
+
+def assign_remnant(remnant: Remnant, topology: Topology, rank: int, worker_id: int, seed: int) -> WorkerStart:
+    """The remnant episodes of (``rank``, ``worker_id``) in ``topology``.
+
+    Whole episodes, weighted by their remaining frames, split frame-balanced over the ranks and
+    then over each rank's workers (``frame_balanced_assignment``): every remnant frame goes to
+    exactly one worker; a part may be empty when the remnant has fewer episodes than parts.
+    Deterministic in (remnant, topology, seed).
+    """
+    if not 0 <= rank < topology.world_size or not 0 <= worker_id < topology.parts:
+        raise ValueError(f"rank {rank} / worker {worker_id} is not in {topology}")
+    items = remnant.episodes
+    entropy = seed_entropy(seed) ^ _REMNANT_STREAM
+    ranks = frame_balanced_assignment([item.remaining for item in items], topology.world_size, entropy)
+    mine = [items[i] for i in ranks[rank]]
+    workers = frame_balanced_assignment([item.remaining for item in mine], topology.parts, entropy ^ (rank + 1))
+    part = [mine[i] for i in workers[worker_id]]
+    return WorkerStart(
+        epoch=remnant.epoch,
+        schedule_worker=worker_id,
+        assigned=tuple(item.episode for item in part),
+        carried=tuple((item.episode, item.taken, item.order_epoch) for item in part if item.taken),
+    )
+
+
+def exact_start(offsets: RankOffsets, worker_id: int, num_workers: int) -> tuple[int, WorkerOffset]:
+    """The old worker whose schedule DataLoader worker ``worker_id`` continues, unchanged topology.
+
+    A new DataLoader asks worker 0 first; the interrupted run's next batch came from
+    ``offsets.next_worker``. Worker ``p`` therefore reads old worker ``(p + next_worker) % n``
+    for the rest of the epoch, which keeps the batch order of an uninterrupted run.
+    """
+    schedule_worker = (worker_id + offsets.next_worker) % num_workers if num_workers > 0 else 0
+    return schedule_worker, offsets.offsets[schedule_worker]
+
+
+def describe_change(
+    checkpoint: StepCheckpoint, new: Topology, remnant: Remnant | None, batch_size: int | None = None
+) -> str:
+    """The one log line of a resume in another topology or batch size (``batch_size``: the new one, if known)."""
+    old = checkpoint.topology
+    batch = "" if batch_size is None or batch_size == checkpoint.batch_size else f", batch size {batch_size}"
+    what = (
+        f"resuming step {checkpoint.step} (batch size {checkpoint.batch_size}) of a {old.describe()} run as "
+        f"{new.describe()}{batch}"
+    )
+    if remnant is None:
+        return (
+            f"{what}: every worker keeps its own schedule, so each frame of the epoch is still delivered once; "
+            "batch boundaries differ from an uninterrupted run"
+        )
+    return (
+        f"{what}: the topology changed, so the {remnant.num_frames} frame(s) of {len(remnant.episodes)} episode(s) "
+        f"not yet delivered in epoch {remnant.epoch} are split over the new ranks and workers and each is delivered "
+        f"exactly once; the order differs from an uninterrupted run; epochs from {remnant.epoch + 1} "
+        "use the new topology"
+    )
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What a reader's next ``iter()`` starts from: the streaming dataset's one resume field.
+
+    * ``checkpoint``: a step checkpoint not yet turned into a :class:`WorkerStart`;
+      ``offsets`` (same split) or ``remnant`` (another split) when the training process
+      already planned it (``StreamingLeRobotDataset.plan_resume``), else the reader plans it.
+    * ``start``: this reader's first epoch after the resume; ``None`` for a plain epoch.
+    * ``graph_state``: a saved graph position to restore (a loader state).
+    * ``running``: ``iter()`` applied the plan; the next ``iter()`` reads plain epochs from
+      ``start.next_epoch``.
+    """
+
+    checkpoint: StepCheckpoint | None = None
+    offsets: RankOffsets | None = field(default=None, repr=False)
+    remnant: Remnant | None = field(default=None, repr=False)
+    start: WorkerStart | None = None
+    graph_state: dict[str, Any] | None = field(default=None, repr=False)
+    running: bool = False
+
+    @property
+    def planned(self) -> bool:
+        """Whether the expensive part (the replay of other ranks) is done or not needed."""
+        return self.checkpoint is None or self.offsets is not None or self.remnant is not None

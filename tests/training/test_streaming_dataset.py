@@ -110,10 +110,8 @@ def test_changed_topology_is_a_clear_error(small_dataset):
     next(iter(loader))
     state = dataset.state_dict()
     other_rank_count = _dataset(small_dataset, rank=0, world_size=2)
-    with pytest.raises(ConfigError, match=r"world_size 1 -> 2.*batch"):
+    with pytest.raises(ConfigError, match=r"world_size 1 -> 2.*batch.*resume_from_step\(step, batch_size, num_workers=0, world_size=1"):
         other_rank_count.load_state_dict(state)
-    with pytest.raises(ConfigError, match=r"world size 2, this run has 1"):
-        _dataset(small_dataset).resume_from_step(10, batch_size=4, num_workers=0, world_size=2)
     with pytest.raises(ConfigError, match="older multi-worker sampler"):
         _dataset(small_dataset).load_state_dict({"epoch": 1, "start_index": 3})
 

@@ -173,8 +173,9 @@ def _stream_steps(
     loader = streaming_dataloader(dataset, batch_size=batch_size, num_workers=num_workers)
     num_workers = loader.num_workers
     start_step = 0
+    replayed_from = None
     if checkpoint is not None:
-        start_step = _restore(checkpoint, dataset, loader, batch_size, num_workers)
+        start_step, replayed_from = _restore(checkpoint, dataset, loader, batch_size, num_workers)
     if not quiet:
         print(dataset.meta.summary())
         print(
@@ -206,7 +207,7 @@ def _stream_steps(
                     if log_freq and step % log_freq == 0:
                         logging.getLogger("lerobot_nodes").info("step %d: %s", step, report.line())
                     if save_checkpoint and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
-                        _save(save_checkpoint, loader, dataset, step, batch_size, num_workers)
+                        _save(save_checkpoint, loader, dataset, step, batch_size, num_workers, replayed_from)
                     if step >= steps:
                         break
     except Stopped as stop:
@@ -281,8 +282,21 @@ def error_summary(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
-def _save(path: str, loader: Any, dataset: StreamingLeRobotDataset, step: int, batch_size: int, num_workers: int) -> None:
+REPLAYED_KEY = "replayed_from"
+"""Checkpoint key: the step and topology a run was replayed from when it resumed in another topology."""
+
+
+def _save(
+    path: str,
+    loader: Any,
+    dataset: StreamingLeRobotDataset,
+    step: int,
+    batch_size: int,
+    num_workers: int,
+    replayed_from: dict[str, Any] | None = None,
+) -> None:
     payload = {
+        REPLAYED_KEY: replayed_from,
         "version": CHECKPOINT_VERSION,
         "step": step,
         "batch_size": batch_size,
@@ -295,34 +309,41 @@ def _save(path: str, loader: Any, dataset: StreamingLeRobotDataset, step: int, b
     _atomic_save(payload, Path(path))
 
 
-def _restore(checkpoint: dict[str, Any], dataset: StreamingLeRobotDataset, loader: Any, batch_size: int, num_workers: int) -> int:
+def _restore(
+    checkpoint: dict[str, Any], dataset: StreamingLeRobotDataset, loader: Any, batch_size: int, num_workers: int
+) -> tuple[int, dict[str, Any] | None]:
+    """Resume from ``checkpoint``: the step to continue from, and what later checkpoints record as
+    :data:`REPLAYED_KEY` (a step replay in another topology makes later steps unreplayable)."""
     step = int(checkpoint["step"])
-    if "dataloader" not in checkpoint:
-        # A LeRobot training_step.json-like checkpoint: derive each worker's offset from the step,
-        # with the batch size and world size it records, else this run's.
+    topology = {"batch_size": batch_size, "num_workers": num_workers, "world_size": dataset.world_size}
+    changed = [name for name, now in topology.items() if name in checkpoint and int(checkpoint[name]) != now]
+    replayed = checkpoint.get(REPLAYED_KEY)
+    if "dataloader" not in checkpoint or changed:
+        if replayed is not None:
+            raise ConfigError(
+                f"this checkpoint's run resumed step {replayed['step']} of a run of another topology ({replayed}): "
+                "its step cannot be replayed through two topologies. Resume it with its own batch size, world "
+                f"size and --num_workers ({', '.join(f'{k}={checkpoint[k]}' for k in topology)}): that is exact"
+            )
+        # A LeRobot training_step.json-like checkpoint, or a loader state of another topology: a loader
+        # state holds only its own rank's position, so every rank derives every old rank's position
+        # from the step and the old topology (the batch size, workers and world size it records).
         dataset.resume_from_step(
             step,
             int(checkpoint.get("batch_size", batch_size)),
             int(checkpoint.get("num_workers", num_workers)),
             world_size=checkpoint.get("dp_world_size", checkpoint.get("world_size")),
             seed=checkpoint.get("seed"),
+            identity=checkpoint.get("dataset"),
         )
-        return step
+        dataset.plan_resume(num_workers, batch_size)
+        if changed:
+            replayed = {"step": step, **{name: checkpoint.get(name) for name in topology}}
+        return step, replayed
     # Checked here too, so another dataset fails before any worker starts.
     check_identity(checkpoint.get("dataset"), dataset.identity)
-    changed = {
-        name: (checkpoint[name], now)
-        for name, now in (("batch_size", batch_size), ("num_workers", num_workers), ("world_size", dataset.world_size))
-        if int(checkpoint[name]) != now
-    }
-    if changed:
-        details = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
-        raise ConfigError(
-            f"cannot resume {details} exactly: batch ownership and boundaries change with world size, batch size and "
-            "--num_workers. Resume with the checkpoint's values"
-        )
     loader.load_state_dict(checkpoint["dataloader"])
-    return step
+    return step, replayed
 
 
 def _run_map_style(common: dict[str, Any], batch_size: int, num_workers: int, steps: int, quiet: bool) -> int:

@@ -63,6 +63,13 @@ class StreamingGraph:
         state built from it) continues with sample ``n``. For step-offset resume.
         """
         sampler_state = self.sampler.state_after(num_samples, self.sharder.epoch if epoch is None else epoch)
+        return self.state_from_sampler(sampler_state, num_samples)
+
+    def state_from_sampler(self, sampler_state: dict[str, Any], num_samples: int) -> dict[str, Any]:
+        """The ``root`` state that continues from ``sampler_state`` after ``num_samples`` delivered samples.
+
+        The sampler state is all a position needs: the nodes after it hold no schedule.
+        """
         buffer_state = {
             OrderedBuffer.SOURCE_KEY: {
                 DecodeMapper.SOURCE_KEY: {BytePrefetcher.SOURCE_KEY: sampler_state},
@@ -104,6 +111,50 @@ def _stale_index_hint(source: ByteSource, meta: DatasetMeta) -> Callable[[], str
     return lambda: stale_index_hint(source, meta.repo_id)
 
 
+def schedule_sampler(
+    meta: DatasetMeta,
+    episodes: Sequence[int],
+    *,
+    rank: int,
+    world_size: int,
+    worker_id: int,
+    num_workers: int,
+    config: StreamingConfig,
+    seed: int,
+    epoch: int,
+    episode_cost: Callable[[int], int] | None,
+    assigned: Sequence[int] | None = None,
+    carried: Mapping[int, tuple[int, int]] | None = None,
+) -> EpisodePoolSampler:
+    """The logical schedule of one worker, exactly as :func:`build_streaming_graph` builds it.
+
+    Sharder and pool sampler only: no fetch, no decode. Resume planning replays schedules of
+    other topologies with it (``lerobot_nodes.resume``). ``assigned``/``carried`` describe an
+    elastic resume's remnant (see :class:`RankWorkerSharder` and :class:`EpisodePoolSampler`).
+    """
+    lengths = [int(meta.episodes.length[e]) for e in episodes]
+    sharder = RankWorkerSharder(
+        episodes,
+        lengths,
+        rank=rank,
+        world_size=world_size,
+        worker_id=worker_id,
+        num_workers=num_workers,
+        seed=seed,
+        initial_epoch=epoch,
+        assigned=assigned,
+    )
+    return EpisodePoolSampler(
+        sharder,
+        pool_size=config.worker_pool_size(worker_id, num_workers),
+        strategy=config.streaming_sampling_strategy,
+        seed=seed,
+        episode_cost=episode_cost,
+        budget=ByteBudget(worker_bytes=config.worker_byte_budget(num_workers), rank_bytes=config.rank_byte_budget),
+        carried=carried,
+    )
+
+
 def build_streaming_graph(
     source: ByteSource,
     meta: DatasetMeta,
@@ -125,6 +176,8 @@ def build_streaming_graph(
     opened_indexes: Mapping[str, VideoIndex] | None = None,
     decoder_factory: ClipDecoderFactory | None = None,
     metrics: MetricsSink | None = None,
+    assigned: Sequence[int] | None = None,
+    carried: Mapping[int, tuple[int, int]] | None = None,
 ) -> StreamingGraph:
     """The graph of worker ``worker_id`` (of ``num_workers``; 0 = the training process) of ``rank``.
 
@@ -134,46 +187,46 @@ def build_streaming_graph(
     image transforms run on the thread that iterates the root (for ``num_workers=0``), else on
     the decode threads. ``index_provider`` defaults to the sidecar (or per-file MP4 indexes),
     which serves the indexes of ``opened_indexes`` (opened by this process already) as they are.
+    ``assigned``/``carried``: the worker reads an elastic resume's remnant for this one epoch
+    (:func:`schedule_sampler`).
     """
     config = config or StreamingConfig()
     seed = resolve_seed(seed)
     metrics = metrics or NullMetrics()
     episodes = [int(e) for e in episodes]
-    lengths = [int(meta.episodes.length[e]) for e in episodes]
-    sharder = RankWorkerSharder(
-        episodes,
-        lengths,
-        rank=rank,
-        world_size=world_size,
-        worker_id=worker_id,
-        num_workers=num_workers,
-        seed=seed,
-        initial_epoch=epoch,
-    )
     if index_provider is None and opened_indexes:
         provider: VideoIndexProvider | None = preferring_opened(
             default_index_provider(source, meta, config.streaming_sidecar_lock_timeout_s), opened_indexes
         )
     else:
         provider = index_provider
+
+    def episode_cost(episode: int) -> int:
+        return fetcher.cost(episode)  # the fetcher below: exact clip sizes from the MP4 index
+
+    sampler = schedule_sampler(
+        meta,
+        episodes,
+        rank=rank,
+        world_size=world_size,
+        worker_id=worker_id,
+        num_workers=num_workers,
+        config=config,
+        seed=seed,
+        epoch=epoch,
+        episode_cost=episode_cost if meta.video_keys else None,
+        assigned=assigned,
+        carried=carried,
+    )
     fetcher = EpisodeFetcher(
         source,
         meta,
-        episodes=sharder.episodes,
+        episodes=sampler.source.episodes,
         index_provider=provider,
         lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
     )
-    pool_size = config.worker_pool_size(worker_id, num_workers)
-    budget = ByteBudget(worker_bytes=config.worker_byte_budget(num_workers), rank_bytes=config.rank_byte_budget)
+    sharder, pool_size, budget = sampler.source, sampler.pool_size, sampler.budget
     metrics.set("budget_bytes", budget.worker_bytes)
-    sampler = EpisodePoolSampler(
-        sharder,
-        pool_size=pool_size,
-        strategy=config.streaming_sampling_strategy,
-        seed=seed,
-        episode_cost=fetcher.cost if meta.video_keys else None,
-        budget=budget,
-    )
     prefetcher = BytePrefetcher(
         sampler,
         reporting_transfers(fetcher.fetch, source, metrics),

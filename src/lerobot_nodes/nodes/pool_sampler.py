@@ -9,7 +9,7 @@ seed, the epoch, the topology, the pool limits and the episodes' byte costs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,8 @@ from .sharder import RankWorkerSharder, seed_entropy
 
 _CHOICE_STREAM = 0x43484F53
 _FRAME_STREAM = 0x4652414D
+_SKIP_BLOCK = 256
+"""Picks :meth:`EpisodePoolSampler.fast_forward` draws per generator call at most."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,10 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
     state from ``state_dict()`` continues with exactly the items that followed it. The state
     is small: the sharder cursor, ``[episode, frames taken]`` per resident episode, the current
     round and the generator state.
+
+    ``carried`` (elastic resume) maps an episode partly delivered under another topology to
+    ``(frames taken, epoch of its frame order)``: it joins the pool with those frames already
+    taken and continues its own frame order, so it yields only its undelivered frames.
     """
 
     SOURCE_KEY = "source"
@@ -95,6 +101,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         seed: int | None = None,
         episode_cost: Callable[[int], int] | None = None,
         budget: ByteBudget | None = None,
+        carried: Mapping[int, tuple[int, int]] | None = None,
     ) -> None:
         super().__init__()
         if pool_size < 1:
@@ -109,6 +116,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         self.seed = resolve_seed(seed)
         self.episode_cost = episode_cost
         self.budget = budget or ByteBudget.unlimited()
+        self.carried = {int(e): (int(taken), int(epoch)) for e, (taken, epoch) in (carried or {}).items()}
         self.epoch = 0
         self._pool: list[list[int]] = []  # [episode, frames taken], admission order
         self._round: list[int] = []
@@ -126,6 +134,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             seed=self.seed,
             episode_cost=self.episode_cost,
             budget=self.budget,
+            carried=self.carried,
         )
 
     def state_after(self, num_items: int, epoch: int) -> dict[str, Any]:
@@ -136,14 +145,86 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         """
         clone = self.clone(self.source.clone(initial_epoch=epoch))
         clone.reset(None)
-        for done in range(num_items):
-            try:
-                next(clone)
-            except StopIteration:
-                raise ValueError(
-                    f"cannot skip {num_items} samples: epoch {epoch} of this worker has {done}"
-                ) from None
+        try:
+            clone.fast_forward(num_items)
+        except StopIteration:
+            raise ValueError(
+                f"cannot skip {num_items} samples: epoch {epoch} of this worker has {clone._num_yielded}"
+            ) from None
         return clone.state_dict()
+
+    def fast_forward(self, num_items: int) -> None:
+        """Advance ``num_items`` items without building them (resume replay; raises ``StopIteration`` at the end).
+
+        The state afterwards equals that after ``num_items`` calls of :meth:`next` (checked by
+        tests/nodes/test_pool_sampler_fast_forward.py): same admissions, picks and generator
+        draws, but no frame orders or items. ``remaining`` draws the picks up to the next
+        possible episode end in one generator call, which yields the same numbers as one call
+        per pick.
+        """
+        left = int(num_items)
+        while left > 0:
+            self.source.mark_started()
+            self._admit()
+            if not self._pool:
+                raise StopIteration
+            left -= self._skip_remaining(left) if self.strategy == "remaining" else self._skip_round_robin(left)
+
+    def _skip_remaining(self, limit: int) -> int:
+        """Up to ``limit`` picks of ``remaining``; returns how many were made.
+
+        Until an episode ends and another is admitted, the pick totals only decrease by one, so
+        a block of picks is drawn in one generator call. When an admission changes the totals
+        mid-block, the generator is rewound and only the picks made are drawn again: the
+        numbers, and the state, are those of one call per pick.
+        """
+        remaining = [self.source.episode_length(episode) - taken for episode, taken in self._pool]
+        total = sum(remaining)
+        block = min(limit, total, _SKIP_BLOCK)
+        saved = self._rng.bit_generator.state
+        for done, draw in enumerate(self._rng.integers(np.arange(total, total - block, -1)).tolist(), start=1):
+            slot = 0
+            while draw >= remaining[slot]:
+                draw -= remaining[slot]
+                slot += 1
+            remaining[slot] -= 1
+            self._take(slot)
+            if remaining[slot] == 0:
+                del remaining[slot]
+                if done < block:
+                    held = len(self._pool)
+                    self._admit()  # what the next pick's next() does first
+                    if len(self._pool) != held:
+                        self._rng.bit_generator.state = saved
+                        self._rng.integers(np.arange(total, total - done, -1))
+                        return done
+        return block
+
+    def _skip_round_robin(self, limit: int) -> int:
+        """Up to ``limit`` picks of ``round_robin``: the rest of the current round (a new one is drawn by
+        :meth:`_pick_round_robin`), stopping after an episode ends (admission may follow)."""
+        if not self._round:
+            self._take(self._pick_round_robin())
+            return 1
+        slots = {episode: slot for slot, (episode, _) in enumerate(self._pool)}
+        done = 0
+        while self._round and done < limit:
+            slot = slots[self._round.pop(0)]
+            ends = self._pool[slot][1] + 1 == self.source.episode_length(self._pool[slot][0])
+            self._take(slot)
+            done += 1
+            if ends:
+                break
+        return done
+
+    def _take(self, slot: int) -> None:
+        """Count one frame of the episode in ``slot`` as taken (the bookkeeping of :meth:`next`)."""
+        episode, taken = self._pool[slot]
+        self._pool[slot][1] = taken + 1
+        if taken + 1 == self.source.episode_length(episode):
+            del self._pool[slot]
+            self._orders.pop(episode, None)
+        self._num_yielded += 1
 
     # -- what the prefetcher reads ----------------------------------------------------------
     def resident_episodes(self) -> list[int]:
@@ -247,14 +328,13 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             if not self.budget.admits(held, len(self._pool), self.cost(upcoming[0])):
                 return
             episode = next(self.source)
-            self._pool.append([episode, 0])
+            self._pool.append([episode, self.carried.get(episode, (0, 0))[0]])
 
     def _frame_order(self, episode: int) -> np.ndarray:
         order = self._orders.get(episode)
         if order is None:
-            order = self._orders[episode] = frame_order(
-                self.seed, self.epoch, episode, self.source.episode_length(episode)
-            )
+            epoch = self.carried[episode][1] if episode in self.carried else self.epoch
+            order = self._orders[episode] = frame_order(self.seed, epoch, episode, self.source.episode_length(episode))
         return order
 
     def _pick_remaining(self) -> int:

@@ -84,11 +84,18 @@ def worker_episodes(
     ``episodes`` are the selected episode indices and ``lengths`` their frame counts
     (aligned). ``num_workers=0`` means the training process reads alone (one part).
     """
+    _check_topology("worker_id", worker_id, "num_workers", max(1, num_workers))
+    return rank_worker_split(episodes, lengths, rank, world_size, num_workers, seed)[worker_id]
+
+
+def rank_worker_split(
+    episodes: Sequence[int], lengths: Sequence[int], rank: int, world_size: int, num_workers: int, seed: int | None
+) -> list[list[int]]:
+    """The episodes of every DataLoader worker of rank ``rank`` (``worker_episodes`` of each, in one split)."""
     seed = resolve_seed(seed)
     if len(episodes) != len(lengths):
         raise ValueError(f"{len(episodes)} episodes but {len(lengths)} lengths")
     num_workers = max(1, num_workers)
-    _check_topology("worker_id", worker_id, "num_workers", num_workers)
     length_of = dict(zip((int(e) for e in episodes), (int(n) for n in lengths), strict=True))
     owned = rank_episodes(episodes, lengths, rank, world_size, seed)
     if len(owned) < num_workers:
@@ -98,7 +105,7 @@ def worker_episodes(
         )
     worker_seed = seed_entropy(seed) ^ (rank * 0x9E3779B1) ^ _WORKER_SPLIT_STREAM
     parts = frame_balanced_assignment([length_of[e] for e in owned], num_workers, worker_seed)
-    return sorted(owned[i] for i in parts[worker_id])
+    return [sorted(owned[i] for i in part) for part in parts]
 
 
 def max_workers_for_rank(episodes: Sequence[int], lengths: Sequence[int], rank: int, world_size: int, seed: int | None) -> int:
@@ -119,7 +126,8 @@ class RankWorkerSharder(BaseNode[int]):
     ranks together yield every selected episode exactly once per epoch. ``reset(None)`` after
     an iteration that started (a ``next()`` or :meth:`mark_started`, also before a saved
     state) moves to the next epoch, like ``SamplerWrapper``. The state is ``{epoch, cursor,
-    started}`` plus the topology, which is validated on restore.
+    started}`` plus the topology, which is validated on restore. ``assigned`` replaces the
+    worker's own split by an explicit episode list (the remnant of an elastic resume).
     """
 
     EPOCH_KEY = "epoch"
@@ -139,6 +147,7 @@ class RankWorkerSharder(BaseNode[int]):
         seed: int | None = None,
         initial_epoch: int = 0,
         shuffle: bool = True,
+        assigned: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.seed = resolve_seed(seed)
@@ -147,9 +156,13 @@ class RankWorkerSharder(BaseNode[int]):
         self.worker_id = int(worker_id)
         self.num_workers = max(1, int(num_workers))
         self.shuffle = shuffle
-        self.episodes = worker_episodes(
-            episodes, lengths, self.rank, self.world_size, self.worker_id, self.num_workers, self.seed
-        )
+        if assigned is None:
+            self.episodes = worker_episodes(
+                episodes, lengths, self.rank, self.world_size, self.worker_id, self.num_workers, self.seed
+            )
+        else:
+            # An elastic resume's remnant: episodes split by ``resume.assign_remnant`` (may be none).
+            self.episodes = sorted(int(e) for e in assigned)
         length_of = dict(zip((int(e) for e in episodes), (int(n) for n in lengths), strict=True))
         self._lengths = {e: length_of[e] for e in self.episodes}
         self.epoch = int(initial_epoch)
