@@ -27,7 +27,7 @@ import torch
 from av.video.codeccontext import VideoCodecContext
 
 from ..errors import VideoDecodeError, VideoIndexError
-from ..file_video import tolerance_error
+from ..file_video import rgb24, tolerance_error
 from .clip import ClipOrigin, materialize_clip, read_clip
 from .plan import ClipPlan
 
@@ -57,9 +57,9 @@ class _CachedFrame:
     def to_rgb(self) -> np.ndarray:
         if self.rgb is None:
             assert self.frame is not None
-            # One swscale thread: the same pixels as the default, without oversubscribing the
-            # cores when several decode threads run (auto threading was 6x slower under load).
-            self.rgb = self.frame.to_ndarray(format="rgb24", threads=1)
+            # One swscale thread (where PyAV takes the argument, see rgb24): the same pixels as
+            # the default, without oversubscribing the cores (auto threading was 6x slower under load).
+            self.rgb = rgb24(self.frame)
             self.frame = None
         return self.rgb
 
