@@ -83,16 +83,20 @@ def test_one_streaming_epoch_is_the_goldens_and_the_map_style_samples(config):
     reference = MapStyleLeRobotDataset(root=ROOT, **options)
     golden = np.load(GOLDEN / spec["npz_file"])
     seen = set()
-    for sample in streaming:
-        index = int(sample["index"])
-        assert index not in seen
-        seen.add(index)
-        if str(index) in spec["samples"]:
-            _assert_is_golden(sample, index, spec, golden)
-        expected = reference[index]
-        assert list(sample) == list(expected)
-        for key, value in expected.items():
-            assert torch.equal(sample[key], value) if isinstance(value, torch.Tensor) else sample[key] == value, key
+    try:
+        for sample in streaming:
+            index = int(sample["index"])
+            assert index not in seen
+            seen.add(index)
+            if str(index) in spec["samples"]:
+                _assert_is_golden(sample, index, spec, golden)
+            expected = reference[index]
+            assert list(sample) == list(expected)
+            for key, value in expected.items():
+                same = torch.equal(sample[key], value) if isinstance(value, torch.Tensor) else sample[key] == value
+                assert same, key
+    finally:
+        streaming.close()  # its graph's threads must not outlive the test (tests/nodes counts them)
     assert seen == set(range(len(reference)))
 
 
