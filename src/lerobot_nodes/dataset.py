@@ -27,6 +27,7 @@ from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
 from .config import StreamingConfig, resolve_seed
 from .dataset_properties import LeRobotDatasetProperties
+from .depth import DEFAULT_DEPTH_UNIT
 from .errors import ConfigError
 from .identity import check_identity, dataset_identity
 from .lifeline import GuardedWorkerInit, guard_forkserver, guard_worker
@@ -122,6 +123,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         config: StreamingConfig | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        depth_output_unit: str = DEFAULT_DEPTH_UNIT,
     ) -> None:
         super().__init__()
         config = config or StreamingConfig()
@@ -143,7 +145,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.rank = detected_rank if rank is None else int(rank)
         self.world_size = detected_world if world_size is None else int(world_size)
         # Validate now, in the main process, so errors do not surface inside workers.
-        SampleSpec.from_meta(self.meta, self.delta_timestamps, tolerance_s)
+        self.depth_output_unit = depth_output_unit
+        SampleSpec.from_meta(self.meta, self.delta_timestamps, tolerance_s, depth_output_unit=depth_output_unit)
         # What a saved state is checked against on load: the dataset, the selection, the schedule settings.
         self.identity = dataset_identity(self.source.url, self.source.revision, self.meta, self.episodes, config)
         self.max_workers = max_workers_for_rank(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
@@ -225,6 +228,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             image_transforms=self.image_transforms,
             transforms_on_consumer=num_workers == 0,
             return_uint8=self.return_uint8,
+            depth_output_unit=self.depth_output_unit,
             opened_indexes=self._indexes,
             metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS),
             assigned=None if start is None else start.assigned,

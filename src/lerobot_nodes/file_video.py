@@ -17,6 +17,7 @@ import av
 import numpy as np
 import torch
 
+from .depth import codes_to_tensor, depth_codes
 from .errors import FrameTimestampError, MetadataError, VideoIndexError
 from .sources import ByteSource
 from .sources.source_file import open_buffered
@@ -34,6 +35,28 @@ def tolerance_error(
         f"To be safe, we advise to ignore this item during training.\nqueried timestamps: {list(queries)}\n"
         f"loaded timestamps: {list(loaded)}\nvideo: {where}"
     )
+
+
+def _reformat_takes_threads() -> bool:
+    """Whether ``VideoFrame.to_ndarray`` accepts ``threads`` (PyAV 17 and later; earlier raise TypeError)."""
+    try:
+        av.VideoFrame(16, 16, "yuv420p").to_ndarray(format="rgb24", threads=1)
+    except TypeError:
+        return False
+    return True
+
+
+_ONE_SWSCALE_THREAD = _reformat_takes_threads()
+"""One swscale thread where PyAV lets us choose (17+: its default is one per core, which
+oversubscribes the cores when several decode threads convert at once); before 17 PyAV's
+conversion takes no ``threads`` and runs in one swscale thread of its own. Same pixels either way."""
+
+
+def rgb24(frame: av.VideoFrame) -> np.ndarray:
+    """``frame`` as RGB ``(H, W, 3)`` uint8, as LeRobot's ``frame.to_ndarray(format="rgb24")``."""
+    if _ONE_SWSCALE_THREAD:
+        return frame.to_ndarray(format="rgb24", threads=1)
+    return frame.to_ndarray(format="rgb24")
 
 
 def frames_to_tensor(arrays: list[np.ndarray], return_uint8: bool) -> torch.Tensor:
@@ -87,8 +110,14 @@ class FileVideoDecoder:
         self._container.close()
         self._file.close()
 
-    def decode(self, timestamps: Sequence[float], tolerance_s: float, return_uint8: bool = True) -> torch.Tensor:
-        """Frames nearest to ``timestamps`` (seconds on the file's timeline), ``(T, C, H, W)``."""
+    def decode(
+        self, timestamps: Sequence[float], tolerance_s: float, return_uint8: bool = True, depth: bool = False
+    ) -> torch.Tensor:
+        """Frames nearest to ``timestamps`` (seconds on the file's timeline), ``(T, C, H, W)``.
+
+        With ``depth``, the 12-bit codes of a depth camera, ``(T, 1, H, W)`` uint16 (see
+        :mod:`lerobot_nodes.depth`); ``return_uint8`` does not apply to them.
+        """
         first, last = min(timestamps), max(timestamps)
         assert self._time_base is not None
         self._container.seek(round(first / self._time_base) - 1, backward=True, any_frame=False, stream=self._stream)
@@ -99,7 +128,7 @@ class FileVideoDecoder:
                 if frame.pts is None:
                     continue
                 current = float(frame.pts * self._time_base)
-                loaded.append(frame.to_ndarray(format="rgb24"))
+                loaded.append(depth_codes(frame) if depth else frame.to_ndarray(format="rgb24"))
                 loaded_ts.append(current)
                 if current >= last:
                     break
@@ -114,7 +143,8 @@ class FileVideoDecoder:
         best = distance[np.arange(len(query)), nearest]
         if not np.all(best <= tolerance_s):
             raise tolerance_error(timestamps, loaded_ts, best, tolerance_s, self._where)
-        return frames_to_tensor([loaded[i] for i in nearest], return_uint8)
+        picked = [loaded[i] for i in nearest]
+        return codes_to_tensor(picked) if depth else frames_to_tensor(picked, return_uint8)
 
 
 class FileVideoDecoderCache:

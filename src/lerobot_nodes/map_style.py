@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .dataset_properties import LeRobotDatasetProperties
+from .depth import DEFAULT_DEPTH_UNIT
 from .episode_data import EpisodeData
 from .errors import MetadataError
 from .file_video import FileVideoDecoderCache
@@ -37,7 +38,8 @@ class MapStyleLeRobotDataset(LeRobotDatasetProperties, Dataset):
 
     ``dataset[i]`` is the ``i``-th frame of the selected episodes (the global frame index
     when no episode filter is given), returned exactly as LeRobot's map-style dataset
-    returns it.
+    returns it. Depth cameras come back dequantised, float32 ``(1, H, W)`` in
+    ``depth_output_unit`` (``"mm"``, LeRobot's default, or ``"m"``), see :mod:`lerobot_nodes.depth`.
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class MapStyleLeRobotDataset(LeRobotDatasetProperties, Dataset):
         *,
         repo_type: str = "dataset",
         token: str | bool | None = None,
+        depth_output_unit: str = DEFAULT_DEPTH_UNIT,
     ) -> None:
         self.repo_id = repo_id
         self.source = open_source(root, repo_id=repo_id, revision=revision, repo_type=repo_type, token=token)
@@ -61,7 +64,10 @@ class MapStyleLeRobotDataset(LeRobotDatasetProperties, Dataset):
         self.tolerance_s = tolerance_s
         self.return_uint8 = return_uint8
         self.delta_timestamps = delta_timestamps
-        self.spec = SampleSpec.from_meta(self.meta, delta_timestamps, tolerance_s, image_transforms)
+        self.depth_output_unit = depth_output_unit
+        self.spec = SampleSpec.from_meta(
+            self.meta, delta_timestamps, tolerance_s, image_transforms, depth_output_unit=depth_output_unit
+        )
         lengths = self.meta.episodes.length[self.episodes]
         self._starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
         self._decoders = FileVideoDecoderCache(self.source)
@@ -120,7 +126,9 @@ class MapStyleLeRobotDataset(LeRobotDatasetProperties, Dataset):
             start, stop = self.meta.video_span(episode, key)
             decoder = self._decoders.get(self.meta.video_file(episode, key))
             decoder.check_span(start, stop, episode, key, slack_s=max(self.tolerance_s, 0.5 / self.fps))
-            return decoder.decode([start + t for t in timestamps], self.tolerance_s, self.return_uint8)
+            return decoder.decode(
+                [start + t for t in timestamps], self.tolerance_s, self.return_uint8, depth=key in self.spec.depth_videos
+            )
 
         return assemble_sample(self.spec, data, frame, decode)
 

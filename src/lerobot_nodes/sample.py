@@ -7,6 +7,7 @@ video keys first, then the data columns, then ``<key>_is_pad`` masks, then ``tas
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,13 +15,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from .depth import DEFAULT_DEPTH_UNIT, DepthQuantization, check_depth_unit, dequantize
 from .episode_data import EpisodeData, image_value_to_tensor
 from .errors import ConfigError, MetadataError
 from .meta import DatasetMeta
 from .windows import check_delta_timestamps, delta_indices, pad_key, resolve_window
 
 VideoDecodeFn = Callable[[str, list[float]], torch.Tensor]
-"""``(video_key, episode-relative timestamps) -> (T, C, H, W)`` frames."""
+"""``(video_key, episode-relative timestamps) -> (T, C, H, W)`` frames; for the depth cameras of
+``SampleSpec.depth_videos`` the ``(T, 1, H, W)`` uint16 codes (``depth=True`` decoding), which
+:func:`assemble_sample` dequantises."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class SampleSpec:
     tasks: tuple[str, ...]
     offsets: Mapping[str, np.ndarray] | None
     image_transforms: Callable[[Any], Any] | None = None
+    depth_videos: Mapping[str, DepthQuantization] = dataclasses.field(default_factory=dict)
+    """The video cameras that hold depth maps, with their quantisation (``lerobot_nodes.depth``)."""
+    depth_output_unit: str = DEFAULT_DEPTH_UNIT
 
     @classmethod
     def from_meta(
@@ -41,6 +48,7 @@ class SampleSpec:
         delta_timestamps: Mapping[str, Sequence[float]] | None,
         tolerance_s: float,
         image_transforms: Callable[[Any], Any] | None = None,
+        depth_output_unit: str = DEFAULT_DEPTH_UNIT,
     ) -> SampleSpec:
         offsets = None
         if delta_timestamps is not None:
@@ -59,6 +67,12 @@ class SampleSpec:
             tasks=tuple(meta.tasks),
             offsets=offsets,
             image_transforms=image_transforms,
+            depth_videos={
+                key: DepthQuantization.from_feature(key, meta.features[key])
+                for key in meta.depth_keys
+                if key in meta.video_keys
+            },
+            depth_output_unit=check_depth_unit(depth_output_unit),
         )
 
     def video_timestamps(self, episode: EpisodeData, frame: int) -> dict[str, list[float]]:
@@ -105,10 +119,12 @@ def assemble_sample(spec: SampleSpec, episode: EpisodeData, frame: int, decode_v
                 raise KeyError(f"delta_timestamps key {key!r} is neither a data column nor a video of the dataset")
         item.update(queried)
     if spec.video_keys:
-        frames = {
-            key: decode_video(key, timestamps).squeeze(0)
-            for key, timestamps in spec.video_timestamps(episode, frame).items()
-        }
+        frames = {}
+        for key, timestamps in spec.video_timestamps(episode, frame).items():
+            decoded = decode_video(key, timestamps)
+            if key in spec.depth_videos:
+                decoded = dequantize(decoded, spec.depth_videos[key], spec.depth_output_unit)
+            frames[key] = decoded.squeeze(0)
         item = {**frames, **item}
     if spec.image_transforms is not None:
         for key in spec.video_keys + spec.image_keys:

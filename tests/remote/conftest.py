@@ -29,8 +29,9 @@ def hub_client_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    # raising=False: huggingface_hub before 1.0 (the 0.30 floor) has no HF_HUB_DISABLE_XET.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True, raising=False)
 
 
 def _hub_threads() -> list[threading.Thread]:

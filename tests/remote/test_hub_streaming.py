@@ -27,6 +27,10 @@ from .streaming_checks import CONFIG, assert_epoch_matches_local, epoch_samples,
 
 REPO = "lerobot-nodes/small"
 BUCKET = "lerobot-nodes/bucket"
+needs_buckets = pytest.mark.skipif(
+    not hasattr(__import__("huggingface_hub").HfApi, "list_bucket_tree"),
+    reason="Hub buckets need huggingface_hub >= 1.0 (the package says so; its floor is 0.30)",
+)
 TOKEN = "hf_loopback_secret_token_123"
 
 
@@ -71,6 +75,7 @@ def test_hub_repo_epoch_equals_local_and_every_read_is_pinned_to_the_sha(hub, hu
     assert not hub.write_requests()
 
 
+@needs_buckets
 def test_bucket_epoch_equals_local(hub, hub_dataset):
     dataset = streaming(f"hf://buckets/{BUCKET}")
     assert isinstance(dataset.source, HubBucketSource)
@@ -118,6 +123,7 @@ def epoch_iterator(dataset):
     return streaming_dataloader(dataset, batch_size=2, num_workers=0)
 
 
+@needs_buckets
 def test_bucket_object_replaced_with_same_size_content_invalidates_its_index(hub, hub_dataset):
     source = open_source(f"hf://buckets/{BUCKET}")
     meta = load_meta(source)

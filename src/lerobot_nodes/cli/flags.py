@@ -56,6 +56,7 @@ DATASET_FLAGS: tuple[Flag, ...] = (
     Flag("dataset.delta_timestamps", dict[str, list[float]] | None, default_text="null (from --window)"),
     Flag("dataset.tolerance_s", float, 1e-4, minimum=0),
     Flag("dataset.return_uint8", bool, True),
+    Flag("dataset.depth_output_unit", str, "mm"),
 )
 """``--dataset.*`` flags that are not StreamingConfig fields."""
 

@@ -134,6 +134,7 @@ def run_stream(
         "delta_timestamps": delta_timestamps,
         "tolerance_s": options["tolerance_s"],
         "return_uint8": options["return_uint8"],
+        "depth_output_unit": options["depth_output_unit"],
     }
     if not options["streaming"]:
         return _run_map_style(common, batch_size, num_workers, steps, quiet)

@@ -6,7 +6,9 @@ payload as extradata). Packets carry source-timeline pts/dts, so decoded ``frame
 source presentation times and frames are matched to queries by pts, never by output position.
 RGB conversion is ``frame.to_ndarray(format="rgb24")`` then CHW, as LeRobot's PyAV backend
 and :class:`~lerobot_nodes.MapStyleLeRobotDataset` do (with one swscale thread, which gives the
-same pixels).
+same pixels). A depth camera's decoder (``depth=True``) returns the frames' 12-bit ``gray12le``
+codes instead, ``(T, 1, H, W)`` uint16, as LeRobot does before dequantising them
+(:mod:`lerobot_nodes.depth`).
 
 Decoding only does what a query needs: forward queries continue from the decoder's current
 state; a query behind it (or far ahead of it) restarts at the last key frame at or before the
@@ -26,8 +28,9 @@ import numpy as np
 import torch
 from av.video.codeccontext import VideoCodecContext
 
+from ..depth import codes_to_tensor, depth_codes
 from ..errors import VideoDecodeError, VideoIndexError
-from ..file_video import tolerance_error
+from ..file_video import rgb24, tolerance_error
 from .clip import ClipOrigin, materialize_clip, read_clip
 from .plan import ClipPlan
 
@@ -46,22 +49,20 @@ def decoder_name(codec: str) -> str:
 
 
 class _CachedFrame:
-    """A decoded frame, converted to RGB on first use (the decoder buffer is released then)."""
+    """A decoded frame, converted on first use (RGB, or depth codes; the decoder buffer is released then)."""
 
-    __slots__ = ("frame", "rgb")
+    __slots__ = ("frame", "array")
 
     def __init__(self, frame: av.VideoFrame) -> None:
         self.frame: av.VideoFrame | None = frame
-        self.rgb: np.ndarray | None = None
+        self.array: np.ndarray | None = None
 
-    def to_rgb(self) -> np.ndarray:
-        if self.rgb is None:
+    def convert(self, depth: bool) -> np.ndarray:
+        if self.array is None:
             assert self.frame is not None
-            # One swscale thread: the same pixels as the default, without oversubscribing the
-            # cores when several decode threads run (auto threading was 6x slower under load).
-            self.rgb = self.frame.to_ndarray(format="rgb24", threads=1)
+            self.array = depth_codes(self.frame) if depth else rgb24(self.frame)
             self.frame = None
-        return self.rgb
+        return self.array
 
 
 class ClipDecoder:
@@ -73,12 +74,18 @@ class ClipDecoder:
     Calls are serialised by an internal lock; use one decoder per thread for parallel decoding.
 
     Counters: ``samples_decoded`` (packets sent to the codec) and ``restarts`` (seeks).
+    A decoder serves one camera: RGB frames, or (``frames_at(..., depth=True)`` from the first
+    call on) the codes of a depth camera.
     """
 
     def __init__(
-        self, clip: bytes | bytearray | memoryview, *, frame_cache_size: int = DEFAULT_FRAME_CACHE_SIZE
+        self,
+        clip: bytes | bytearray | memoryview,
+        *,
+        frame_cache_size: int = DEFAULT_FRAME_CACHE_SIZE,
     ) -> None:
         self._clip = bytes(clip)
+        self.depth: bool | None = None  # set by the first frames_at
         index, origin = read_clip(self._clip)
         self.origin: ClipOrigin = origin
         self.path = origin.path
@@ -131,11 +138,17 @@ class ClipDecoder:
 
     # -- decoding ------------------------------------------------------------------------
     def frames_at(
-        self, timestamps_s: Sequence[float], tolerance_s: float = 1e-4, return_uint8: bool = True
+        self,
+        timestamps_s: Sequence[float],
+        tolerance_s: float = 1e-4,
+        return_uint8: bool = True,
+        *,
+        depth: bool = False,
     ) -> torch.Tensor:
         """Frames nearest to ``timestamps_s`` (source timeline), ``(T, C, H, W)``.
 
-        uint8 RGB, or float32 in [0, 1] (uint8 / 255) when ``return_uint8`` is False. Raises
+        uint8 RGB, or float32 in [0, 1] (uint8 / 255) when ``return_uint8`` is False; with
+        ``depth`` (a depth camera) uint16 codes ``(T, 1, H, W)`` whatever ``return_uint8``. Raises
         :class:`~lerobot_nodes.errors.FrameTimestampError` (LeRobot's message) when a query has
         no frame within ``tolerance_s``, :class:`VideoDecodeError` when the codec fails.
         """
@@ -143,6 +156,10 @@ class ClipDecoder:
         if len(queries) == 0:
             raise ValueError(f"{self._where}: no timestamps to decode")
         with self._lock:
+            if self.depth is None:
+                self.depth = depth
+            elif self.depth != depth:
+                raise ValueError(f"{self._where}: a ClipDecoder decodes either RGB or depth frames, not both")
             samples = self._match(queries, tolerance_s)
             wanted = {int(self._pts[sample]) for sample in samples}
             found: dict[int, _CachedFrame] = {}
@@ -156,8 +173,8 @@ class ClipDecoder:
                     found[pts] = cached
                     continue
                 self._decode_until(sample, wanted, found)
-            arrays = [found[int(self._pts[sample])].to_rgb() for sample in samples]
-        return frames_to_tensor(arrays, return_uint8)
+            arrays = [found[int(self._pts[sample])].convert(self.depth) for sample in samples]
+        return codes_to_tensor(arrays) if self.depth else frames_to_tensor(arrays, return_uint8)
 
     def close(self) -> None:
         """Release the codec context and cached frames (the decoder can still be used after)."""
@@ -259,7 +276,7 @@ class ClipDecoder:
         self._last_output_pts = pts if self._last_output_pts is None else max(self._last_output_pts, pts)
         entry = _CachedFrame(frame)
         if pts in wanted:
-            entry.to_rgb()
+            entry.convert(bool(self.depth))
             found[pts] = entry
         self._cache[pts] = entry
         self._cache.move_to_end(pts)
@@ -285,10 +302,11 @@ def decode_clip(
     timestamps_s: Sequence[float],
     tolerance_s: float = 1e-4,
     return_uint8: bool = True,
+    depth: bool = False,
 ) -> torch.Tensor:
     """Frames of ``clip`` nearest to ``timestamps_s`` (source timeline), ``(T, C, H, W)``.
 
     A one-shot :class:`ClipDecoder`; see :meth:`ClipDecoder.frames_at`.
     """
     with ClipDecoder(clip) as decoder:
-        return decoder.frames_at(timestamps_s, tolerance_s=tolerance_s, return_uint8=return_uint8)
+        return decoder.frames_at(timestamps_s, tolerance_s=tolerance_s, return_uint8=return_uint8, depth=depth)

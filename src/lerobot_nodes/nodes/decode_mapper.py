@@ -30,9 +30,12 @@ from .prefetcher import SampleTask
 
 
 class ClipDecoderLike(Protocol):
-    """A decoder of one clip (``mp4.ClipDecoder`` satisfies it)."""
+    """A decoder of one clip (``mp4.ClipDecoder`` satisfies it); ``depth=True`` is passed only
+    for the depth cameras (``SampleSpec.depth_videos``)."""
 
-    def frames_at(self, timestamps_s: Any, tolerance_s: float = ..., return_uint8: bool = ...) -> torch.Tensor: ...
+    def frames_at(
+        self, timestamps_s: Any, tolerance_s: float = ..., return_uint8: bool = ..., *, depth: bool = ...
+    ) -> torch.Tensor: ...
 
     def close(self) -> None: ...
 
@@ -132,7 +135,11 @@ class SampleAssembler:
             slot, decoder = decoders.checkout(payload.episode, key, payload.clips[key])
             before = getattr(decoder, "samples_decoded", None)
             try:
-                frames = decoder.frames_at([start + t for t in timestamps], self.tolerance_s, self.return_uint8)
+                queries = [start + t for t in timestamps]
+                if key in self.spec.depth_videos:
+                    frames = decoder.frames_at(queries, self.tolerance_s, self.return_uint8, depth=True)
+                else:
+                    frames = decoder.frames_at(queries, self.tolerance_s, self.return_uint8)
             finally:
                 decoders.checkin(slot, decoder)
             after = getattr(decoder, "samples_decoded", None)

@@ -19,6 +19,7 @@ from typing import Any
 from torchdata.nodes import BaseNode, Mapper
 
 from ..config import StreamingConfig, resolve_seed
+from ..depth import DEFAULT_DEPTH_UNIT
 from ..meta import DatasetMeta
 from ..mp4.index import VideoIndex
 from ..sample import SampleSpec
@@ -172,6 +173,7 @@ def build_streaming_graph(
     image_transforms: Callable[[Any], Any] | None = None,
     transforms_on_consumer: bool = False,
     return_uint8: bool = False,
+    depth_output_unit: str = DEFAULT_DEPTH_UNIT,
     index_provider: VideoIndexProvider | None = None,
     opened_indexes: Mapping[str, VideoIndex] | None = None,
     decoder_factory: ClipDecoderFactory | None = None,
@@ -234,7 +236,13 @@ def build_streaming_graph(
         max_concurrent_fetches=config.max_num_shards,
         metrics=metrics,
     )
-    spec = SampleSpec.from_meta(meta, delta_timestamps, tolerance_s, None if transforms_on_consumer else image_transforms)
+    spec = SampleSpec.from_meta(
+        meta,
+        delta_timestamps,
+        tolerance_s,
+        None if transforms_on_consumer else image_transforms,
+        depth_output_unit=depth_output_unit,
+    )
     decoder = DecodeMapper(
         prefetcher,
         SampleAssembler(spec, tolerance_s=tolerance_s, return_uint8=return_uint8),
