@@ -194,3 +194,28 @@ def _clip_tables(index: VideoIndex, start: int, stop: int) -> ClipTables:
         composition_offsets=_runs(composition) if np.any(composition) else None,
         sync_samples=None if keyframes.all() else np.flatnonzero(keyframes).astype(np.int64) + 1,
     )
+
+
+def gop_starts(index: VideoIndex, from_s: float, to_s: float) -> np.ndarray:
+    """Episode-relative frame positions where a decode restart point changes, ascending from 0.
+
+    Frame ``r`` is the ``r``-th frame presented in ``[from_s, to_s)`` (the same span rule as
+    :func:`plan_clip`). Its restart point is the key frame a decoder starts at to produce it
+    (the last key frame at or before it in decode order whose pts is not after it: open-GOP
+    safe). Every run of frames between two returned positions is reachable from one key frame
+    by decoding forward only: this is the GOP of those frames in presentation order.
+    """
+    timescale = index.timescale
+    tolerance = index.frame_duration / 2
+    order = index.presentation_order
+    sorted_pts = index.pts[order]
+    low = float(np.rint(from_s * timescale)) - tolerance
+    high = float(np.rint(to_s * timescale)) - tolerance
+    first_rank = int(np.searchsorted(sorted_pts, low, side="left"))
+    stop_rank = int(np.searchsorted(sorted_pts, high, side="left"))
+    if stop_rank <= first_rank:
+        raise FrameTimestampError(f"{index.path}: no frame is presented in [{from_s}, {to_s}) s")
+    samples = order[first_rank:stop_rank]
+    keys = [_start_keyframe(index, int(sample), int(index.pts[sample])) for sample in samples]
+    changes = [rank for rank in range(1, len(keys)) if keys[rank] != keys[rank - 1]]
+    return np.array([0, *changes], dtype=np.int64)
