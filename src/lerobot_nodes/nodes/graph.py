@@ -28,7 +28,7 @@ from .decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, ap
 from .episode_fetch import EpisodeFetcher, VideoIndexProvider, default_index_provider, preferring_opened
 from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
-from .pool_sampler import EpisodePoolSampler
+from .pool_sampler import EpisodePoolSampler, gop_run_starts
 from .prefetcher import BytePrefetcher
 from .sharder import RankWorkerSharder
 
@@ -104,6 +104,28 @@ def _stale_index_hint(source: ByteSource, meta: DatasetMeta) -> Callable[[], str
     return lambda: stale_index_hint(source, meta.repo_id)
 
 
+def camera_lookback(spec: SampleSpec) -> int:
+    """Frames of history the camera windows read before their anchor (0 without windows)."""
+    if spec.offsets is None:
+        return 0
+    lows = [int(spec.offsets[key].min()) for key in spec.video_keys if key in spec.offsets and len(spec.offsets[key])]
+    return max(0, -min(lows)) if lows else 0
+
+
+def _anchor_runs(
+    config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, fetcher: EpisodeFetcher
+) -> tuple[Callable[[int], Any] | None, str]:
+    """The sampler's run starts and run-rule name: GOP runs shifted by the camera lookback, or pairs."""
+    if not config.streaming_gop_runs or not meta.video_keys:
+        return None, "pairs"
+    lookback = camera_lookback(spec)
+
+    def run_starts(episode: int) -> Any:
+        return gop_run_starts(fetcher.gop_starts(episode), lookback)
+
+    return run_starts, f"gop-lookback-{lookback}"
+
+
 def build_streaming_graph(
     source: ByteSource,
     meta: DatasetMeta,
@@ -166,6 +188,8 @@ def build_streaming_graph(
     pool_size = config.worker_pool_size(worker_id, num_workers)
     budget = ByteBudget(worker_bytes=config.worker_byte_budget(num_workers), rank_bytes=config.rank_byte_budget)
     metrics.set("budget_bytes", budget.worker_bytes)
+    spec = SampleSpec.from_meta(meta, delta_timestamps, tolerance_s, None if transforms_on_consumer else image_transforms)
+    run_starts, runs = _anchor_runs(config, meta, spec, fetcher)
     sampler = EpisodePoolSampler(
         sharder,
         pool_size=pool_size,
@@ -173,6 +197,8 @@ def build_streaming_graph(
         seed=seed,
         episode_cost=fetcher.cost if meta.video_keys else None,
         budget=budget,
+        run_starts=run_starts,
+        runs=runs,
     )
     prefetcher = BytePrefetcher(
         sampler,
@@ -181,13 +207,13 @@ def build_streaming_graph(
         max_concurrent_fetches=config.max_num_shards,
         metrics=metrics,
     )
-    spec = SampleSpec.from_meta(meta, delta_timestamps, tolerance_s, None if transforms_on_consumer else image_transforms)
     decoder = DecodeMapper(
         prefetcher,
         SampleAssembler(spec, tolerance_s=tolerance_s, return_uint8=return_uint8),
         num_threads=config.streaming_decode_threads,
         decoder_cache_size=config.worker_decoder_cache_size(pool_size, len(meta.video_keys), num_workers),
         decoder_factory=decoder_factory,
+        decoded_frame_budget_bytes=config.worker_decoded_frame_budget(num_workers),
         metrics=metrics,
         decode_error_hint=_stale_index_hint(source, meta) if index_provider is None else None,
     )
