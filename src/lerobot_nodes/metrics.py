@@ -207,7 +207,9 @@ class MetricsReport:
             f"{self.bytes_fetched / 1e6:.1f}/{self.bytes_planned / 1e6:.1f} MB | reserved/resident "
             f"{self.reserved_bytes / 1e6:.1f}/{self.resident_bytes / 1e6:.1f} MB (peak "
             f"{self.peak_reserved_bytes / 1e6:.1f} of {self.budget_bytes / 1e6:.1f} MB) | decode "
-            f"{self.decode_ms_per_frame:.2f} ms/frame"
+            f"{self.decode_ms_per_frame:.2f} ms/frame, {self.decoded_per_delivered:.2f} decoded per delivered, "
+            f"{self.decoded_resident_bytes / 1e6:.1f} MB decoded frames kept (peak {self.peak_decoded_bytes / 1e6:.1f} of "
+            f"{self.decoded_budget_bytes / 1e6:.1f} MB)"
             + (f" | http requests/retries {self.http_requests}/{self.http_retries}" if self.http_requests else "")
         )
 
