@@ -4,7 +4,7 @@ Field names are the LeRobot flag names without ``--dataset.`` (``max_num_shards`
 dataset parameter that training sets from ``--num_workers``). Every impossible value raises
 :class:`~lerobot_nodes.errors.ConfigError` naming the flag, the value and what is allowed.
 
-Per-rank limits (the byte budget, an explicit decoder cache size, the default pool) are split
+Per-rank limits (the byte budget, the decoded-frame budget, an explicit decoder cache size, the default pool) are split
 over the rank's DataLoader workers by the ``worker_*`` helpers; the graph of one worker only
 ever sees its share.
 """
@@ -21,6 +21,10 @@ SAMPLING_STRATEGIES = ("remaining", "round_robin")
 DEFAULT_RANK_POOL_SIZE = 32
 """Episodes a rank mixes when ``streaming_episode_pool_size`` is unset, split over its workers."""
 BYTES_PER_GB = 1_000_000_000
+BYTES_PER_MB = 1_000_000
+DEFAULT_DECODED_FRAME_BUDGET_MB = 1024
+"""Decoded video frames a rank's decoders keep between samples (MB), split over its workers:
+about 32 episodes x 2 cameras x 8 frames of 640x480 RGB (0.92 MB each) fit in 512 MB."""
 DEFAULT_STREAMING_SEED = 42
 """The seed of the streaming order when training passes ``--seed=null``."""
 
@@ -40,9 +44,17 @@ class StreamingConfig:
     """Every ``--dataset.streaming_*`` option with its default.
 
     ``streaming_episode_pool_size`` and ``streaming_prefetch_episodes`` are per worker;
-    ``streaming_byte_budget_gb`` and an explicit ``video_decoder_cache_size`` are per rank and
-    split over the rank's workers. Unset pool: the rank mixes 32 episodes, split over workers.
-    Unset decoder cache: pool x cameras per worker.
+    ``streaming_byte_budget_gb``, ``streaming_decoded_frame_budget_mb`` and an explicit
+    ``video_decoder_cache_size`` are per rank and split over the rank's workers. Unset pool: the
+    rank mixes 32 episodes, split over workers. Unset decoder cache: pool x cameras per worker.
+
+    ``streaming_gop_runs`` (default on): each episode's anchors are visited in runs of
+    consecutive frames that one key frame decodes forward (its GOP in presentation order,
+    shifted by the cameras' history window), the runs in a seeded random order, interleaved
+    with the other pool episodes as the strategy picks them. Off: runs of two frames (the
+    order before GOP runs; the same order as GOP runs for LeRobot's ``g=2`` without history).
+    ``streaming_decoded_frame_budget_mb`` bounds the decoded frames the video decoders keep
+    between samples (least recently used dropped first); a smaller budget only costs decoding.
     """
 
     streaming_episode_pool_size: int | None = None
@@ -51,6 +63,8 @@ class StreamingConfig:
     streaming_byte_budget_gb: float = 8.0
     streaming_decode_threads: int = 2
     streaming_decoded_queue_size: int = 8
+    streaming_decoded_frame_budget_mb: float = DEFAULT_DECODED_FRAME_BUDGET_MB
+    streaming_gop_runs: bool = True
     video_decoder_cache_size: int | None = None
     streaming_native_http_connections: int | None = None
     streaming_native_http_subranges: int = 1
@@ -70,6 +84,9 @@ class StreamingConfig:
         _check_positive_float("streaming_byte_budget_gb", self.streaming_byte_budget_gb)
         _check_int("streaming_decode_threads", self.streaming_decode_threads, minimum=1)
         _check_int("streaming_decoded_queue_size", self.streaming_decoded_queue_size, minimum=1)
+        _check_positive_float("streaming_decoded_frame_budget_mb", self.streaming_decoded_frame_budget_mb)
+        if not isinstance(self.streaming_gop_runs, bool):
+            raise ConfigError(f"--dataset.streaming_gop_runs must be true or false, got {self.streaming_gop_runs!r}")
         _check_int("video_decoder_cache_size", self.video_decoder_cache_size, minimum=1, optional=True)
         _check_int(
             "streaming_native_http_connections", self.streaming_native_http_connections, minimum=1, optional=True
@@ -93,6 +110,10 @@ class StreamingConfig:
     def worker_byte_budget(self, num_workers: int) -> int:
         """One worker's share of the rank budget (at least 1 byte)."""
         return max(1, self.rank_byte_budget // _workers(num_workers))
+
+    def worker_decoded_frame_budget(self, num_workers: int) -> int:
+        """One worker's share of the rank's decoded-frame budget, in bytes (1 MB = 10**6 bytes)."""
+        return max(1, int(self.streaming_decoded_frame_budget_mb * BYTES_PER_MB) // _workers(num_workers))
 
     def worker_pool_size(self, worker_id: int, num_workers: int) -> int:
         """Episodes worker ``worker_id`` mixes: the explicit option, else its share of 32."""

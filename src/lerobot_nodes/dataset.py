@@ -35,7 +35,7 @@ from .meta import DatasetMeta, load_meta, select_episodes
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
 from .nodes.episode_fetch import EpisodeFetcher, default_index_provider, preferring_opened
-from .nodes.graph import StreamingGraph, build_streaming_graph, schedule_sampler
+from .nodes.graph import StreamingGraph, anchor_runs, build_streaming_graph, schedule_sampler
 from .nodes.pool_sampler import EpisodePoolSampler
 from .nodes.sharder import max_workers_for_rank, rank_worker_split, worker_episodes
 from .resume import (
@@ -458,6 +458,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         """Plain schedules of ``world_size`` ranks as the graph builds them, with the real byte costs (from
         the MP4 indexes: metadata, no payload)."""
         cost = None
+        run_starts, runs = None, "pairs"
         if self.meta.video_keys:
             provider = default_index_provider(self.source, self.meta, self.config.streaming_sidecar_lock_timeout_s)
             if self._indexes:
@@ -470,6 +471,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s,
             )
             cost = fetcher.cost
+            spec = SampleSpec.from_meta(self.meta, self.delta_timestamps, self.tolerance_s)
+            run_starts, runs = anchor_runs(self.config, self.meta, spec, fetcher.gop_starts)
 
         lengths = self._lengths()
 
@@ -490,6 +493,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 epoch=0,
                 episode_cost=cost,
                 assigned=split(rank, num_workers)[worker_id],  # the worker's own split, computed once per rank
+                run_starts=run_starts,
+                runs=runs,
             )
 
         return make

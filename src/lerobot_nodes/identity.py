@@ -35,11 +35,13 @@ COMPARED: dict[str, str] = {
     "sampling_strategy": "--dataset.streaming_sampling_strategy",
     "episode_pool_size": "--dataset.streaming_episode_pool_size",
     "byte_budget_gb": "--dataset.streaming_byte_budget_gb",
+    "gop_runs": "--dataset.streaming_gop_runs",
 }
 """Identity fields that must match, and how a mismatch names them.
 
 The byte budget is here because the pool sampler admits an episode only when its bytes fit
-next to the resident ones. ``streaming_prefetch_episodes`` is not: it only changes how far
+next to the resident ones, GOP runs because they set each episode's frame order.
+``streaming_prefetch_episodes`` is not: it only changes how far
 ahead bytes are fetched, never the schedule, so a resume may change it.
 """
 _warned_unknown = False
@@ -75,6 +77,7 @@ def dataset_identity(
         "sampling_strategy": config.streaming_sampling_strategy,
         "episode_pool_size": config.streaming_episode_pool_size,
         "byte_budget_gb": config.streaming_byte_budget_gb,
+        "gop_runs": config.streaming_gop_runs,
     }
 
 

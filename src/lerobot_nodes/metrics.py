@@ -40,11 +40,30 @@ COUNTER_NAMES = (
     "episodes_fetched",
     "http_requests",
     "http_retries",
+    "decoded_resident_bytes",
+    "decoded_resident_frames",
+    "peak_decoded_bytes",
+    "peak_decoded_frames",
+    "decoded_budget_bytes",
 )
-"""Per-worker counters. Gauges (set, not added): reserved/resident bytes, the budget, and the
-HTTP request and retry totals of the worker's remote source."""
+"""Per-worker counters. Gauges (set, not added): reserved/resident bytes, the budget, the HTTP
+request and retry totals of the worker's remote source, and the decoded frames its video
+decoders keep (bytes and frames now, their peaks, and the decoded-frame budget)."""
 
-_GAUGES = frozenset({"reserved_bytes", "resident_bytes", "budget_bytes", "http_requests", "http_retries"})
+_GAUGES = frozenset(
+    {
+        "reserved_bytes",
+        "resident_bytes",
+        "budget_bytes",
+        "http_requests",
+        "http_retries",
+        "decoded_resident_bytes",
+        "decoded_resident_frames",
+        "peak_decoded_bytes",
+        "peak_decoded_frames",
+        "decoded_budget_bytes",
+    }
+)
 _PEAKS = frozenset({"peak_reserved_bytes"})
 
 
@@ -164,6 +183,16 @@ class MetricsReport:
     frames_delivered: int
     http_requests: int = 0
     http_retries: int = 0
+    decoded_resident_bytes: int = 0
+    decoded_resident_frames: int = 0
+    peak_decoded_bytes: int = 0
+    peak_decoded_frames: int = 0
+    decoded_budget_bytes: int = 0
+
+    @property
+    def decoded_per_delivered(self) -> float:
+        """Video frames the codecs decoded per video frame returned in samples (1.0 is ideal)."""
+        return self.frames_decoded / self.frames_delivered if self.frames_delivered else float("nan")
 
     @property
     def samples_per_second(self) -> float:
@@ -178,7 +207,9 @@ class MetricsReport:
             f"{self.bytes_fetched / 1e6:.1f}/{self.bytes_planned / 1e6:.1f} MB | reserved/resident "
             f"{self.reserved_bytes / 1e6:.1f}/{self.resident_bytes / 1e6:.1f} MB (peak "
             f"{self.peak_reserved_bytes / 1e6:.1f} of {self.budget_bytes / 1e6:.1f} MB) | decode "
-            f"{self.decode_ms_per_frame:.2f} ms/frame"
+            f"{self.decode_ms_per_frame:.2f} ms/frame, {self.decoded_per_delivered:.2f} decoded per delivered, "
+            f"{self.decoded_resident_bytes / 1e6:.1f} MB decoded frames kept (peak {self.peak_decoded_bytes / 1e6:.1f} of "
+            f"{self.decoded_budget_bytes / 1e6:.1f} MB)"
             + (f" | http requests/retries {self.http_requests}/{self.http_retries}" if self.http_requests else "")
         )
 
@@ -197,6 +228,12 @@ class MetricsReport:
             ("byte budget", self.budget_bytes),
             ("decode ms per frame", f"{self.decode_ms_per_frame:.3f}"),
             ("decoded frames per delivered frame", f"{self.frames_decoded / max(1, self.frames_delivered):.3f}"),
+            (
+                "decoded frames kept (now / peak)",
+                f"{self.decoded_resident_frames} / {self.peak_decoded_frames} frames, "
+                f"{self.decoded_resident_bytes} / {self.peak_decoded_bytes} bytes",
+            ),
+            ("decoded frame budget (bytes)", self.decoded_budget_bytes),
             ("HTTP requests (remote sources)", self.http_requests),
             ("HTTP retries (transient faults survived)", self.http_retries),
         ]
@@ -261,4 +298,9 @@ class StreamingMetrics:
             frames_delivered=int(totals["frames_delivered"]),
             http_requests=int(totals["http_requests"]),
             http_retries=int(totals["http_retries"]),
+            decoded_resident_bytes=int(totals["decoded_resident_bytes"]),
+            decoded_resident_frames=int(totals["decoded_resident_frames"]),
+            peak_decoded_bytes=int(totals["peak_decoded_bytes"]),
+            peak_decoded_frames=int(totals["peak_decoded_frames"]),
+            decoded_budget_bytes=int(totals["decoded_budget_bytes"]),
         )

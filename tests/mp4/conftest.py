@@ -45,6 +45,8 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     files["hevc"] = encode_with_pts(
         root / "hevc.mp4", frames, "libx265", {"g": "30", "x265-params": "log-level=none"}
     )
+    # x265 with a two-frame GOP: open GOP (CRA key frames whose leading pictures reach back).
+    files["hevc_g2"] = encode_video(root / "hevc_g2.mp4", frames, codec="hevc", g=2)
     return files
 
 

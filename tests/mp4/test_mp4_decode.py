@@ -323,3 +323,35 @@ def test_decoder_from_plan_and_fetched_chunks(videos):
 def test_not_a_clip(videos):
     with pytest.raises(VideoIndexError, match="not a clip"):
         ClipDecoder(videos["av1"].read_bytes())
+
+
+@pytest.mark.parametrize("variant", ["h264", "h264_g2", "h264_open_gop", "hevc", "hevc_g2", "av1", "av1_g32"])
+def test_gop_runs_in_random_order_decode_each_packet_about_once(videos, variant):
+    """Anchors visited GOP by GOP (random GOP order, ascending inside): the frames of a full
+    decode, each packet sent about once (exactly once for closed GOPs: a B-frame GOP is drained
+    at its end instead of being fed the next GOP's packets)."""
+    from lerobot_nodes.mp4 import DecodedFrameBudget
+    from lerobot_nodes.mp4.plan import gop_starts
+
+    path = videos[variant]
+    index = read_index(path)
+    reference = decoded_frames(path)
+    presented = sorted(reference)
+    span = (presented[0] / index.timescale, (presented[-1] + index.frame_duration) / index.timescale)
+    plan = plan_clip(index, *span)
+    starts = gop_starts(index, *span).tolist()
+    bounds = [*starts, len(presented)]
+    runs = [presented[bounds[i] : bounds[i + 1]] for i in range(len(starts))]
+    budget = DecodedFrameBudget(limit_bytes=4 * 64 * 96 * 3)  # four frames of the 64x96 videos
+    decoder = ClipDecoder(_clip(path, plan), frame_budget=budget)
+    for run in np.random.default_rng(5).permutation(len(runs)):
+        for pts in runs[run]:
+            frame = _hwc(decoder.frames_at(_times(index, [pts])))[0]
+            np.testing.assert_array_equal(frame, reference[pts], err_msg=f"{variant} pts {pts}")
+            assert budget.resident_bytes <= 4 * 64 * 96 * 3
+    if variant in ("h264_open_gop", "hevc_g2"):  # leading pictures reach back into the previous GOP
+        assert decoder.samples_decoded <= 1.3 * plan.sample_count, (decoder.samples_decoded, plan.sample_count)
+        if variant == "hevc_g2":  # short open GOPs were merged into longer runs
+            assert len(starts) < len(index.keyframe_indices)
+    else:
+        assert decoder.samples_decoded == plan.sample_count, (decoder.samples_decoded, plan.sample_count, decoder.drains)

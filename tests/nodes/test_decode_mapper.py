@@ -38,12 +38,21 @@ def test_decoder_lru_bounds_idle_decoders_and_retires_episodes():
     assert len(lru) == 2 and held[0][1].closed and not held[2][1].closed
     slot, again = lru.checkout(2, "cam", b"")
     assert again is held[2][1]  # reused, not reopened
-    other_slot, other = lru.checkout(2, "cam", b"")
-    assert other is not again  # in use by another thread: a second decoder
-    lru.retire(2)
+    # In use by another thread: that thread waits for it (one decoder per episode and camera,
+    # so it keeps its position) instead of opening a second one.
+    waited: list = []
+    waiter = threading.Thread(target=lambda: waited.append(lru.checkout(2, "cam", b"")))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and not waited
+    other_decoder, _ = lru.checkout(1, "cam", b""), None  # other episodes are not held up
+    lru.checkin(*other_decoder)
     lru.checkin(slot, again)
-    lru.checkin(other_slot, other)
-    assert again.closed and other.closed and len(lru) == 1
+    waiter.join(5)
+    assert waited and waited[0][1] is again
+    lru.retire(2)
+    lru.checkin(*waited[0])
+    assert again.closed and len(lru) == 1
     lru.clear()
     assert len(lru) == 0
 

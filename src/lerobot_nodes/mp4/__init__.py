@@ -49,12 +49,13 @@ from __future__ import annotations
 
 from ..errors import VideoDecodeError
 from .clip import ClipOrigin, materialize_clip, read_clip
-from .decode import ClipDecoder, decode_clip
+from .decode import ClipDecoder, DecodedFrameBudget, decode_clip
 from .index import VideoIndex, read_index, read_index_from_bytes, read_index_from_source
 from .plan import ClipPlan, plan_clip
 
 __all__ = [
     "ClipDecoder",
+    "DecodedFrameBudget",
     "ClipOrigin",
     "ClipPlan",
     "VideoDecodeError",

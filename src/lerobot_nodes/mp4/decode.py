@@ -12,12 +12,20 @@ codes instead, ``(T, 1, H, W)`` uint16, as LeRobot does before dequantising them
 
 Decoding only does what a query needs: forward queries continue from the decoder's current
 state; a query behind it (or far ahead of it) restarts at the last key frame at or before the
-target whose pts is not after it. Decoding and conversion release the GIL inside PyAV.
+target whose pts is not after it. A query whose frame lies before a *clean cut* (a key frame
+no earlier-presented frame is decoded after, e.g. every closed-GOP key frame) drains the codec
+there instead of sending the next GOP's first packets, so a reordered (B-frame) GOP costs its
+own packets only; a later query in the next GOP continues from that key frame for free.
+
+Decoded frames kept between queries are charged to a :class:`DecodedFrameBudget`, shared by
+the decoders of one worker: bytes and frames resident, their peak, and a least-recently-used
+eviction that keeps them within the budget. Decoding and conversion release the GIL inside PyAV.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from fractions import Fraction
@@ -34,9 +42,101 @@ from ..file_video import rgb24, tolerance_error
 from .clip import ClipOrigin, materialize_clip, read_clip
 from .plan import ClipPlan
 
-DEFAULT_FRAME_CACHE_SIZE = 4
-"""Decoded frames a :class:`ClipDecoder` keeps for repeated or overlapping queries: enough for
-key-frame-aligned anchor pairs with a one-frame history window; each costs a full YUV frame."""
+DEFAULT_FRAME_CACHE_SIZE = 8
+"""Decoded frames one :class:`ClipDecoder` keeps at most for repeated or overlapping queries:
+enough for anchors visited in ascending runs with a history window of a few frames plus the
+frames a B-frame drain outputs past the target. The shared :class:`DecodedFrameBudget` bounds
+the total over all decoders of a worker."""
+
+
+def frame_charge(frame: av.VideoFrame) -> int:
+    """Bytes a cached decoded frame is charged: the larger of its YUV planes and its RGB form."""
+    planes = sum(int(plane.buffer_size) for plane in frame.planes)
+    return max(planes, int(frame.width) * int(frame.height) * 3)
+
+
+class DecodedFrameBudget:
+    """Decoded frames kept by the clip decoders of one worker, bounded in bytes; thread-safe.
+
+    Guarantee: after every :meth:`put` the frames held here total at most ``limit_bytes``
+    (``None``: unbounded). When a new frame would exceed it, the least recently used frames of
+    any decoder are dropped (the new frame too, when it alone exceeds the limit). Dropping a
+    frame never changes a result, only what a later query must decode again. Each frame is
+    charged :func:`frame_charge` (its RGB size, an upper bound of its YUV size). The frames a
+    query returns are held by the query until it returns, outside this account.
+
+    ``resident_bytes``/``resident_frames`` are what is held now, ``peak_bytes``/``peak_frames``
+    the most ever held (both within the limit), ``evictions`` the frames dropped for the limit.
+    """
+
+    def __init__(self, limit_bytes: int | None = None) -> None:
+        if limit_bytes is not None and limit_bytes < 0:
+            raise ValueError(f"decoded frame budget must be >= 0 bytes, got {limit_bytes}")
+        self.limit_bytes = limit_bytes
+        self._lock = threading.Lock()
+        self._order: OrderedDict[tuple[int, int], int] = OrderedDict()  # (owner, pts) -> bytes, LRU first
+        self._frames: dict[int, OrderedDict[int, _CachedFrame]] = {}
+        self._owners = 0
+        self.resident_bytes = 0
+        self.peak_bytes = 0
+        self.peak_frames = 0
+        self.evictions = 0
+
+    @property
+    def resident_frames(self) -> int:
+        with self._lock:
+            return len(self._order)
+
+    def register(self) -> int:
+        """A new owner key (one per decoder)."""
+        with self._lock:
+            self._owners += 1
+            self._frames[self._owners] = OrderedDict()
+            return self._owners
+
+    def get(self, owner: int, pts: int) -> _CachedFrame | None:
+        with self._lock:
+            frames = self._frames.get(owner)
+            entry = frames.get(pts) if frames is not None else None
+            if entry is not None:
+                frames.move_to_end(pts)  # type: ignore[union-attr]
+                self._order.move_to_end((owner, pts))
+            return entry
+
+    def put(self, owner: int, pts: int, entry: _CachedFrame, charge: int, owner_limit: int) -> None:
+        """Keep ``entry``; drop this owner's oldest beyond ``owner_limit`` frames, then any LRU over the budget."""
+        with self._lock:
+            frames = self._frames.setdefault(owner, OrderedDict())
+            if pts in frames:
+                self._drop(owner, pts)
+            frames[pts] = entry
+            self._order[(owner, pts)] = charge
+            self.resident_bytes += charge
+            while len(frames) > owner_limit:
+                self._drop(owner, next(iter(frames)))
+            limit = self.limit_bytes
+            while limit is not None and self.resident_bytes > limit and self._order:
+                self._drop(*next(iter(self._order)))
+                self.evictions += 1
+            self.peak_bytes = max(self.peak_bytes, self.resident_bytes)
+            self.peak_frames = max(self.peak_frames, len(self._order))
+
+    def release(self, owner: int) -> None:
+        """Drop every frame of ``owner`` (its decoder closed)."""
+        with self._lock:
+            for pts in list(self._frames.get(owner, ())):
+                self._drop(owner, pts)
+
+    def forget(self, owner: int) -> None:
+        """Drop every frame of ``owner`` and the owner itself."""
+        with self._lock:
+            for pts in list(self._frames.get(owner, ())):
+                self._drop(owner, pts)
+            self._frames.pop(owner, None)
+
+    def _drop(self, owner: int, pts: int) -> None:
+        self.resident_bytes -= self._order.pop((owner, pts))
+        del self._frames[owner][pts]
 
 
 def decoder_name(codec: str) -> str:
@@ -69,13 +169,18 @@ class ClipDecoder:
     """Decode frames of one clip (one episode of one camera) by source timestamp.
 
     Keeps its codec state between calls: a query at or after the previous one continues
-    decoding forward; an earlier one restarts at the key frame at or before it. The last
-    ``frame_cache_size`` decoded frames are kept, so overlapping windows decode nothing twice.
-    Calls are serialised by an internal lock; use one decoder per thread for parallel decoding.
+    decoding forward; an earlier one restarts at the key frame at or before it. At a clean cut
+    (see the module) the codec is drained rather than fed the next GOP, and continues from the
+    cut when a later query needs it. Up to ``frame_cache_size`` decoded frames are kept in
+    ``frame_budget`` (a private unbounded one by default; shared by a worker's decoders), so
+    overlapping windows and ascending anchors decode nothing twice. Frames are bit-identical to
+    decoding the whole file whatever the query order, cache size or budget. Calls are
+    serialised by an internal lock; use one decoder per thread for parallel decoding.
 
-    Counters: ``samples_decoded`` (packets sent to the codec) and ``restarts`` (seeks).
-    A decoder serves one camera: RGB frames, or (``frames_at(..., depth=True)`` from the first
-    call on) the codes of a depth camera.
+    Counters: ``samples_decoded`` (packets sent to the codec), ``restarts`` (seeks) and
+    ``drains`` (GOPs ended by a drain instead of the next GOP's packets). A decoder serves one
+    camera: RGB frames, or (``frames_at(..., depth=True)`` from the first call on) the codes of
+    a depth camera.
     """
 
     def __init__(
@@ -83,6 +188,7 @@ class ClipDecoder:
         clip: bytes | bytearray | memoryview,
         *,
         frame_cache_size: int = DEFAULT_FRAME_CACHE_SIZE,
+        frame_budget: DecodedFrameBudget | None = None,
     ) -> None:
         self._clip = bytes(clip)
         self.depth: bool | None = None  # set by the first frames_at
@@ -108,7 +214,10 @@ class ClipDecoder:
         self._codec_name = decoder_name(index.codec)
         self._extradata = index.codec_config
         self._frame_cache_size = max(1, frame_cache_size)
-        self._cache: OrderedDict[int, _CachedFrame] = OrderedDict()
+        self._budget = frame_budget if frame_budget is not None else DecodedFrameBudget(None)
+        self._owner = self._budget.register()
+        weakref.finalize(self, self._budget.forget, self._owner)
+        self._clean_cuts = _clean_cuts(self._pts) & np.append(index.keyframes, False)
         self._lock = threading.Lock()
         self._context: VideoCodecContext | None = None
         self._next_sample = 0
@@ -117,13 +226,19 @@ class ClipDecoder:
         self._drained = False
         self.samples_decoded = 0
         self.restarts = 0
+        self.drains = 0
 
     @classmethod
     def from_plan(
-        cls, plan: ClipPlan, chunks: Sequence[bytes | bytearray | memoryview], **kwargs: int
+        cls,
+        plan: ClipPlan,
+        chunks: Sequence[bytes | bytearray | memoryview],
+        *,
+        frame_cache_size: int = DEFAULT_FRAME_CACHE_SIZE,
+        frame_budget: DecodedFrameBudget | None = None,
     ) -> ClipDecoder:
         """A decoder for the clip of ``plan`` built from its fetched ``chunks``."""
-        return cls(materialize_clip(plan, chunks), **kwargs)
+        return cls(materialize_clip(plan, chunks), frame_cache_size=frame_cache_size, frame_budget=frame_budget)
 
     # -- what the clip holds -------------------------------------------------------------
     @property
@@ -167,9 +282,8 @@ class ClipDecoder:
                 pts = int(self._pts[sample])
                 if pts in found:
                     continue
-                cached = self._cache.get(pts)
+                cached = self._budget.get(self._owner, pts)
                 if cached is not None:
-                    self._cache.move_to_end(pts)
                     found[pts] = cached
                     continue
                 self._decode_until(sample, wanted, found)
@@ -180,7 +294,7 @@ class ClipDecoder:
         """Release the codec context and cached frames (the decoder can still be used after)."""
         with self._lock:
             self._context = None
-            self._cache.clear()
+            self._budget.release(self._owner)
 
     def __enter__(self) -> ClipDecoder:
         return self
@@ -223,9 +337,23 @@ class ClipDecoder:
         if not resumable:
             self._restart(key)
         while pts not in found:
+            if self._drained and self._next_sample < len(self._sizes):
+                # Drained at a clean cut: everything presented before it was output, so the
+                # frame is at or after the cut and decoding goes on from there, nothing lost.
+                cut = self._next_sample
+                if key <= cut and pts >= self._pts[cut]:
+                    self._restart(cut, seek=False)  # not a seek: decoding goes on where it stopped
+                else:
+                    self._restart(key)
+                continue
             if self._next_sample < len(self._sizes):
-                frames = self._send(self._next_sample)
-                self._next_sample += 1
+                if self._clean_cuts[self._next_sample] and sample < self._next_sample:
+                    frames = self._send(None)
+                    self._drained = True
+                    self.drains += 1
+                else:
+                    frames = self._send(self._next_sample)
+                    self._next_sample += 1
             elif not self._drained:
                 frames = self._send(None)
                 self._drained = True
@@ -237,7 +365,7 @@ class ClipDecoder:
             for frame in frames:
                 self._accept(frame, wanted, found)
 
-    def _restart(self, key: int) -> None:
+    def _restart(self, key: int, seek: bool = True) -> None:
         if self._context is None:
             context = cast(VideoCodecContext, av.CodecContext.create(self._codec_name, "r"))
             context.extradata = self._extradata
@@ -245,7 +373,7 @@ class ClipDecoder:
             self._context = context
         else:
             self._context.flush_buffers()
-        self.restarts += 1
+        self.restarts += int(seek)
         self._next_sample = key
         self._valid_from_pts = int(self._pts[key])
         self._last_output_pts = None
@@ -275,13 +403,28 @@ class ClipDecoder:
             return
         self._last_output_pts = pts if self._last_output_pts is None else max(self._last_output_pts, pts)
         entry = _CachedFrame(frame)
+        charge = frame_charge(frame)
         if pts in wanted:
             entry.convert(bool(self.depth))
             found[pts] = entry
-        self._cache[pts] = entry
-        self._cache.move_to_end(pts)
-        while len(self._cache) > self._frame_cache_size:
-            self._cache.popitem(last=False)
+        self._budget.put(self._owner, pts, entry, charge, self._frame_cache_size)
+
+
+def _clean_cuts(pts: np.ndarray) -> np.ndarray:
+    """``cut[k]`` (``0 < k < len``): every sample before ``k`` (decode order) is presented before
+    every sample from ``k`` on. Restarting there after a drain needs ``k`` to be a key frame too.
+
+    Draining the codec before sample ``k`` then outputs every frame presented before it, decoded
+    from the same packets as in a full decode (references precede their users in decode order).
+    """
+    count = len(pts)
+    cuts = np.zeros(count + 1, dtype=bool)
+    if count:
+        before = np.maximum.accumulate(pts)
+        after = np.minimum.accumulate(pts[::-1])[::-1]
+        # ... and the cut's key frame is presented first among the rest (no leading pictures).
+        cuts[1:count] = (before[:-1] < after[1:]) & (pts[1:] == after[1:])
+    return cuts
 
 
 def frames_to_tensor(arrays: list[np.ndarray], return_uint8: bool) -> torch.Tensor:

@@ -194,3 +194,40 @@ def _clip_tables(index: VideoIndex, start: int, stop: int) -> ClipTables:
         composition_offsets=_runs(composition) if np.any(composition) else None,
         sync_samples=None if keyframes.all() else np.flatnonzero(keyframes).astype(np.int64) + 1,
     )
+
+
+OPEN_GOP_MIN_RUN = 12
+"""Frames an anchor run spans at least when it starts at an open-GOP key frame: restarting there
+decodes leading pictures that are thrown away (about 1.5 packets at HEVC ``g=2``), so short
+open GOPs are merged until that overhead is small next to the frames a run delivers."""
+
+
+def gop_starts(index: VideoIndex, from_s: float, to_s: float, open_gop_min_run: int = OPEN_GOP_MIN_RUN) -> np.ndarray:
+    """Episode-relative frame positions where an anchor run may start, ascending from 0.
+
+    Frame ``r`` is the ``r``-th frame presented in ``[from_s, to_s)`` (the same span rule as
+    :func:`plan_clip`). Its restart point is the key frame a decoder starts at to produce it
+    (the last key frame at or before it in decode order whose pts is not after it: open-GOP
+    safe). A position is returned where the restart point changes (a GOP in presentation
+    order starts), so every run between two returned positions is reachable from one key
+    frame by decoding forward only. Where that key frame has leading pictures (open GOP), the
+    position is skipped unless the run before it already spans ``open_gop_min_run`` frames.
+    """
+    plan = plan_clip(index, from_s, to_s)
+    order = index.presentation_order
+    sorted_pts = index.pts[order]
+    first_rank = int(np.searchsorted(sorted_pts, plan.first_needed_pts, side="left"))
+    samples = order[first_rank : first_rank + plan.needed_count]
+    keys = [_start_keyframe(index, int(sample), int(index.pts[sample])) for sample in samples]
+    clip_pts = index.pts[plan.sample_start : plan.sample_stop]
+    after = np.minimum.accumulate(clip_pts[::-1])[::-1]
+    before = np.maximum.accumulate(clip_pts)
+    starts = [0]
+    for rank in range(1, len(keys)):
+        if keys[rank] == keys[rank - 1]:
+            continue
+        k = keys[rank] - plan.sample_start
+        clean = 0 < k < len(clip_pts) and before[k - 1] < after[k] and clip_pts[k] == after[k]
+        if clean or rank - starts[-1] >= open_gop_min_run:
+            starts.append(rank)
+    return np.array(starts, dtype=np.int64)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import torch
 from torchdata.nodes import BaseNode
 
-from ..mp4.decode import VideoDecodeError
+from ..mp4.decode import DecodedFrameBudget, VideoDecodeError
 from ..sample import SampleSpec, assemble_sample
 from .episode_fetch import EpisodePayload, add_context
 from .metrics_sink import MetricsSink, NullMetrics
@@ -43,34 +43,52 @@ class ClipDecoderLike(Protocol):
 ClipDecoderFactory = Callable[[bytes], ClipDecoderLike]
 
 
-def _default_decoder_factory() -> ClipDecoderFactory:
+def _default_decoder_factory(frame_budget: DecodedFrameBudget) -> ClipDecoderFactory:
     from ..mp4 import ClipDecoder
 
-    return ClipDecoder
+    def factory(clip: bytes) -> ClipDecoderLike:
+        return ClipDecoder(clip, frame_budget=frame_budget)
+
+    return factory
 
 
 class DecoderLRU:
     """At most ``capacity`` idle clip decoders, keyed by (episode, camera); thread-safe.
 
-    A decoder is used by one thread at a time: :meth:`checkout` takes an idle one (or builds a
-    new one), :meth:`checkin` returns it and closes the least recently used beyond capacity.
-    :meth:`retire` closes an episode's decoders once its last sample is decoded. Decoders in
-    use are not counted, so the total is at most ``capacity`` + the number of decode threads.
+    A decoder is used by one thread at a time, and each (episode, camera) has at most one
+    decoder: :meth:`checkout` waits while another thread uses it, then takes the idle one (or
+    builds it), so an episode's decoder keeps its position across the episode's anchors
+    instead of a second decoder seeking back. :meth:`checkin` returns it and closes the least
+    recently used beyond capacity. :meth:`retire` closes an episode's decoders once its last
+    sample is decoded. Decoders in use are not counted, so the total is at most ``capacity`` +
+    the number of decode threads. ``factory`` receives the clip bytes; decoded frames the
+    decoders keep are charged to ``frame_budget`` when the factory is the default one.
     """
 
-    def __init__(self, capacity: int, factory: ClipDecoderFactory | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        factory: ClipDecoderFactory | None = None,
+        frame_budget: DecodedFrameBudget | None = None,
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"decoder cache capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self._factory = factory
+        self.frame_budget = frame_budget if frame_budget is not None else DecodedFrameBudget(None)
         self._idle: OrderedDict[tuple[int, str, int], ClipDecoderLike] = OrderedDict()
+        self._busy: set[tuple[int, str]] = set()
         self._retired: set[int] = set()
         self._serial = 0
         self._lock = threading.Lock()
+        self._returned = threading.Condition(self._lock)
         self.opened = 0
 
     def checkout(self, episode: int, key: str, clip: bytes) -> tuple[tuple[int, str, int], ClipDecoderLike]:
         with self._lock:
+            while (episode, key) in self._busy:
+                self._returned.wait()
+            self._busy.add((episode, key))
             for slot in reversed(self._idle):
                 if slot[0] == episode and slot[1] == key:
                     return slot, self._idle.pop(slot)
@@ -78,13 +96,21 @@ class DecoderLRU:
             slot = (episode, key, self._serial)
             factory = self._factory
             if factory is None:
-                factory = self._factory = _default_decoder_factory()
+                factory = self._factory = _default_decoder_factory(self.frame_budget)
             self.opened += 1
-        return slot, factory(clip)
+        try:
+            return slot, factory(clip)
+        except BaseException:
+            with self._lock:
+                self._busy.discard((episode, key))
+                self._returned.notify_all()
+            raise
 
     def checkin(self, slot: tuple[int, str, int], decoder: ClipDecoderLike) -> None:
         evicted: list[ClipDecoderLike] = []
         with self._lock:
+            self._busy.discard((slot[0], slot[1]))
+            self._returned.notify_all()
             if slot[0] in self._retired:
                 evicted.append(decoder)
             else:
@@ -182,6 +208,11 @@ class DecodeMapper(BaseNode[PendingSample]):
     Each thread waits for its episode's payload (a *refill stall* when it is not there yet),
     assembles the sample (delta windows with pad masks, video frames through the decoder
     LRU, image transforms) and releases its hold on the episode's bytes, whatever happens.
+    Each (episode, camera) has one decoder, which keeps its position between the episode's
+    anchors; the decoded frames all decoders keep are bounded by ``decoded_frame_budget_bytes``
+    (``None``: unbounded) and reported as gauges (``decoded_resident_bytes``/``_frames``,
+    ``peak_decoded_bytes``/``_frames``, ``decoded_budget_bytes``) next to ``frames_decoded``
+    and ``frames_delivered``.
     Errors keep their type (e.g. ``FrameTimestampError``) and gain a note naming the episode
     and frame. State: the source state after the last submitted task. ``reset`` and
     ``close`` cancel payload waits and join the threads before touching the source.
@@ -197,6 +228,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         num_threads: int = 2,
         decoder_cache_size: int = 64,
         decoder_factory: ClipDecoderFactory | None = None,
+        decoded_frame_budget_bytes: int | None = None,
         metrics: MetricsSink | None = None,
         decode_error_hint: Callable[[], str] | None = None,
     ) -> None:
@@ -206,8 +238,11 @@ class DecodeMapper(BaseNode[PendingSample]):
         self.source = source
         self.assemble = assemble
         self.num_threads = num_threads
-        self.decoders = DecoderLRU(decoder_cache_size, decoder_factory)
+        self.frame_budget = DecodedFrameBudget(decoded_frame_budget_bytes)
+        self.decoders = DecoderLRU(decoder_cache_size, decoder_factory, self.frame_budget)
         self.metrics = metrics or NullMetrics()
+        if decoded_frame_budget_bytes is not None:
+            self.metrics.set("decoded_budget_bytes", decoded_frame_budget_bytes)
         # What to do about a decode error whose cause may be a stale cached index (see sidecar.cache).
         self.decode_error_hint = decode_error_hint
         self._executor: ThreadPoolExecutor | None = None
@@ -267,6 +302,11 @@ class DecodeMapper(BaseNode[PendingSample]):
                 self.metrics.add("decode_seconds", time.perf_counter() - started)
                 self.metrics.add("frames_decoded", assembled.frames_decoded)
                 self.metrics.add("frames_delivered", assembled.frames_delivered)
+                budget = self.frame_budget
+                self.metrics.set("decoded_resident_bytes", budget.resident_bytes)
+                self.metrics.set("decoded_resident_frames", budget.resident_frames)
+                self.metrics.set("peak_decoded_bytes", budget.peak_bytes)
+                self.metrics.set("peak_decoded_frames", budget.peak_frames)
             self.metrics.add("samples", 1)
             return assembled.sample
         finally:

@@ -20,7 +20,7 @@ from ..episode_data import EpisodeData
 from ..errors import EpisodeFetchError, LeRobotNodesError
 from ..meta import DatasetMeta
 from ..mp4.index import VideoIndex
-from ..mp4.plan import plan_clip
+from ..mp4.plan import gop_starts, plan_clip
 from ..parquet import EpisodeRowsPlan, EpisodeTableReader
 from ..sources import ByteRange, ByteSource
 
@@ -180,6 +180,14 @@ class EpisodeFetcher:
                 raise
             requests.append(ClipRequest(key=key, path=path, from_s=from_s, to_s=to_s, plan=plan))
         return requests
+
+    def gop_starts(self, episode: int) -> list[Any]:
+        """Per camera, the episode frames where a new GOP starts (see ``mp4.plan.gop_starts``); indexes only."""
+        starts = []
+        for key in self.video_keys:
+            from_s, to_s = self.meta.video_span(episode, key)
+            starts.append(gop_starts(self.index(self.meta.video_file(episode, key)), from_s, to_s))
+        return starts
 
     def cost(self, episode: int) -> int:
         """Exact bytes of the materialised clips of ``episode`` (what the byte budget counts)."""

@@ -29,7 +29,7 @@ from .decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, ap
 from .episode_fetch import EpisodeFetcher, VideoIndexProvider, default_index_provider, preferring_opened
 from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
-from .pool_sampler import EpisodePoolSampler
+from .pool_sampler import EpisodePoolSampler, gop_run_starts
 from .prefetcher import BytePrefetcher
 from .sharder import RankWorkerSharder
 
@@ -112,6 +112,32 @@ def _stale_index_hint(source: ByteSource, meta: DatasetMeta) -> Callable[[], str
     return lambda: stale_index_hint(source, meta.repo_id)
 
 
+def camera_lookback(spec: SampleSpec) -> int:
+    """Frames of history the camera windows read before their anchor (0 without windows)."""
+    if spec.offsets is None:
+        return 0
+    lows = [int(spec.offsets[key].min()) for key in spec.video_keys if key in spec.offsets and len(spec.offsets[key])]
+    return max(0, -min(lows)) if lows else 0
+
+
+def anchor_runs(
+    config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, gop_starts: Callable[[int], Any]
+) -> tuple[Callable[[int], Any] | None, str]:
+    """The sampler's run starts and run-rule name: GOP runs shifted by the camera lookback, or pairs.
+
+    ``gop_starts(episode)``: per camera, the episode frames where a GOP starts
+    (``EpisodeFetcher.gop_starts``; MP4 indexes only).
+    """
+    if not config.streaming_gop_runs or not meta.video_keys:
+        return None, "pairs"
+    lookback = camera_lookback(spec)
+
+    def run_starts(episode: int) -> Any:
+        return gop_run_starts(gop_starts(episode), lookback)
+
+    return run_starts, f"gop-lookback-{lookback}"
+
+
 def schedule_sampler(
     meta: DatasetMeta,
     episodes: Sequence[int],
@@ -126,12 +152,15 @@ def schedule_sampler(
     episode_cost: Callable[[int], int] | None,
     assigned: Sequence[int] | None = None,
     carried: Mapping[int, tuple[int, int]] | None = None,
+    run_starts: Callable[[int], Any] | None = None,
+    runs: str = "pairs",
 ) -> EpisodePoolSampler:
     """The logical schedule of one worker, exactly as :func:`build_streaming_graph` builds it.
 
     Sharder and pool sampler only: no fetch, no decode. Resume planning replays schedules of
     other topologies with it (``lerobot_nodes.resume``). ``assigned``/``carried`` describe an
-    elastic resume's remnant (see :class:`RankWorkerSharder` and :class:`EpisodePoolSampler`).
+    elastic resume's remnant (see :class:`RankWorkerSharder` and :class:`EpisodePoolSampler`);
+    ``run_starts``/``runs`` the anchor runs (:func:`anchor_runs`).
     """
     lengths = [int(meta.episodes.length[e]) for e in episodes]
     sharder = RankWorkerSharder(
@@ -153,6 +182,8 @@ def schedule_sampler(
         episode_cost=episode_cost,
         budget=ByteBudget(worker_bytes=config.worker_byte_budget(num_workers), rank_bytes=config.rank_byte_budget),
         carried=carried,
+        run_starts=run_starts,
+        runs=runs,
     )
 
 
@@ -206,6 +237,17 @@ def build_streaming_graph(
     def episode_cost(episode: int) -> int:
         return fetcher.cost(episode)  # the fetcher below: exact clip sizes from the MP4 index
 
+    def gop_starts(episode: int) -> Any:
+        return fetcher.gop_starts(episode)  # the fetcher below: from the MP4 index
+
+    spec = SampleSpec.from_meta(
+        meta,
+        delta_timestamps,
+        tolerance_s,
+        None if transforms_on_consumer else image_transforms,
+        depth_output_unit=depth_output_unit,
+    )
+    run_starts, runs = anchor_runs(config, meta, spec, gop_starts)
     sampler = schedule_sampler(
         meta,
         episodes,
@@ -219,6 +261,8 @@ def build_streaming_graph(
         episode_cost=episode_cost if meta.video_keys else None,
         assigned=assigned,
         carried=carried,
+        run_starts=run_starts,
+        runs=runs,
     )
     fetcher = EpisodeFetcher(
         source,
@@ -236,19 +280,13 @@ def build_streaming_graph(
         max_concurrent_fetches=config.max_num_shards,
         metrics=metrics,
     )
-    spec = SampleSpec.from_meta(
-        meta,
-        delta_timestamps,
-        tolerance_s,
-        None if transforms_on_consumer else image_transforms,
-        depth_output_unit=depth_output_unit,
-    )
     decoder = DecodeMapper(
         prefetcher,
         SampleAssembler(spec, tolerance_s=tolerance_s, return_uint8=return_uint8),
         num_threads=config.streaming_decode_threads,
         decoder_cache_size=config.worker_decoder_cache_size(pool_size, len(meta.video_keys), num_workers),
         decoder_factory=decoder_factory,
+        decoded_frame_budget_bytes=config.worker_decoded_frame_budget(num_workers),
         metrics=metrics,
         decode_error_hint=_stale_index_hint(source, meta) if index_provider is None else None,
     )

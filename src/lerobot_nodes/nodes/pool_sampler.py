@@ -9,7 +9,7 @@ seed, the epoch, the topology, the pool limits and the episodes' byte costs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,20 +46,50 @@ ANCHOR_BLOCK = 2
 """Frames anchored together: LeRobot encodes with a key frame every 2 frames (``g=2``)."""
 
 
-def frame_order(seed: int, epoch: int, episode: int, length: int, block: int = ANCHOR_BLOCK) -> np.ndarray:
+def frame_order(
+    seed: int,
+    epoch: int,
+    episode: int,
+    length: int,
+    block: int = ANCHOR_BLOCK,
+    run_starts: Sequence[int] | np.ndarray | None = None,
+) -> np.ndarray:
     """The order in which the frames of ``episode`` are anchored in ``epoch``.
 
-    A permutation of blocks of ``block`` consecutive frames, each block in ascending order.
-    The episode's next anchor is that block's next frame, so the clip decoder finds the key
-    frame it decoded for the previous anchor still cached and only decodes forward: about one
-    decoded frame per delivered frame at ``g=2`` instead of 1.5. Anchors of one episode are
-    still interleaved with the other episodes of the pool, so batches stay as mixed.
+    A permutation of runs of consecutive frames, each run in ascending order. Runs start at
+    ``run_starts`` (ascending episode frames; 0 is implied, values outside ``(0, length)`` are
+    ignored), by default every ``block`` frames. The episode's next anchor is its run's next
+    frame, so the clip decoder only decodes forward within a run: with runs that are GOPs (see
+    :func:`gop_run_starts`) about one decoded frame per delivered frame at any GOP size. Anchors
+    of one episode are still interleaved with the other episodes of the pool, so batches stay
+    as mixed. Runs of ``block`` frames and ``run_starts = 0, block, 2 block, ...`` give the same
+    order (the same draw).
     """
     sequence = np.random.SeedSequence([seed_entropy(seed), int(epoch), int(episode), _FRAME_STREAM])
     length = int(length)
-    blocks = np.random.default_rng(sequence).permutation(-(-length // block))
-    order = (blocks[:, None] * block + np.arange(block)[None, :]).reshape(-1)
-    return order[order < length]
+    if run_starts is None:
+        blocks = np.random.default_rng(sequence).permutation(-(-length // block))
+        order = (blocks[:, None] * block + np.arange(block)[None, :]).reshape(-1)
+        return order[order < length]
+    starts = np.unique(np.asarray(run_starts, dtype=np.int64))
+    starts = np.concatenate(([0], starts[(starts > 0) & (starts < length)]))
+    bounds = np.append(starts, length)
+    runs = np.random.default_rng(sequence).permutation(len(starts))
+    if len(runs) == 0 or length == 0:
+        return np.arange(0, dtype=np.int64)
+    return np.concatenate([np.arange(bounds[r], bounds[r + 1], dtype=np.int64) for r in runs])
+
+
+def gop_run_starts(gop_starts: Sequence[Sequence[int] | np.ndarray], lookback: int) -> np.ndarray:
+    """Run starts for :func:`frame_order` from each camera's GOP starts (episode frames).
+
+    The union over cameras (a run then lies in one GOP of every camera), each shifted by
+    ``lookback``, the frames of history a camera window reads before its anchor: the first
+    anchor of a run then reads its window from the GOP it starts, and the run's last anchors
+    read into the next GOP by decoding forward, never back.
+    """
+    merged = np.unique(np.concatenate([np.asarray(s, dtype=np.int64) for s in gop_starts] or [np.zeros(0, np.int64)]))
+    return merged[merged > 0] + max(0, int(lookback))
 
 
 class EpisodePoolSampler(BaseNode[ScheduleItem]):
@@ -74,8 +104,12 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
       * ``round_robin``: each round shuffles the resident episodes and takes one frame of each;
         episodes admitted during a round join the next round.
 
+    Within an episode, anchors follow :func:`frame_order`: runs from ``run_starts(episode)``
+    (e.g. GOP-aligned runs, see :func:`gop_run_starts`), else runs of two frames. ``runs``
+    names the run rule in the saved settings, so a checkpoint is resumed with the same rule.
+
     Guarantees: each of the worker's frames exactly once per epoch; the same (seed, epoch,
-    rank, worker, strategy, pool_size, costs) give the same schedule; ``reset(state)`` with a
+    rank, worker, strategy, pool_size, run rule, costs, run starts) give the same schedule; ``reset(state)`` with a
     state from ``state_dict()`` continues with exactly the items that followed it. The state
     is small: the sharder cursor, ``[episode, frames taken]`` per resident episode, the current
     round and the generator state.
@@ -102,6 +136,8 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         episode_cost: Callable[[int], int] | None = None,
         budget: ByteBudget | None = None,
         carried: Mapping[int, tuple[int, int]] | None = None,
+        run_starts: Callable[[int], Sequence[int] | np.ndarray] | None = None,
+        runs: str = "pairs",
     ) -> None:
         super().__init__()
         if pool_size < 1:
@@ -117,6 +153,8 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         self.episode_cost = episode_cost
         self.budget = budget or ByteBudget.unlimited()
         self.carried = {int(e): (int(taken), int(epoch)) for e, (taken, epoch) in (carried or {}).items()}
+        self.run_starts = run_starts
+        self.runs = runs
         self.epoch = 0
         self._pool: list[list[int]] = []  # [episode, frames taken], admission order
         self._round: list[int] = []
@@ -135,6 +173,8 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             episode_cost=self.episode_cost,
             budget=self.budget,
             carried=self.carried,
+            run_starts=self.run_starts,
+            runs=self.runs,
         )
 
     def state_after(self, num_items: int, epoch: int) -> dict[str, Any]:
@@ -254,7 +294,9 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
 
     # -- BaseNode -------------------------------------------------------------------------
     def _settings(self) -> list[Any]:
-        return [self.strategy, self.pool_size, self.seed]
+        # Two-frame runs are the rule of checkpoints written before the rule was saved.
+        base: list[Any] = [self.strategy, self.pool_size, self.seed]
+        return base if self.runs == "pairs" else [*base, self.runs]
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -264,9 +306,10 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             saved = list(initial_state[self.SETTINGS_KEY])
             if saved != self._settings():
                 raise ConfigError(
-                    f"cannot resume: the checkpoint's schedule used strategy/pool_size/seed {saved}, this reader uses "
-                    f"{self._settings()}; keep --dataset.streaming_sampling_strategy, the pool settings and --seed "
-                    "when resuming"
+                    f"cannot resume: the checkpoint's schedule used strategy/pool_size/seed/anchor runs {saved}, this "
+                    f"reader uses {self._settings()}; keep --dataset.streaming_sampling_strategy, the pool settings, "
+                    "--seed, --dataset.streaming_gop_runs and the camera delta_timestamps when resuming (a checkpoint "
+                    "without an anchor-run entry used two-frame runs: --dataset.streaming_gop_runs=false)"
                 )
             self.source.reset(initial_state[self.SOURCE_KEY])
             self.epoch = self.source.epoch
@@ -334,7 +377,10 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         order = self._orders.get(episode)
         if order is None:
             epoch = self.carried[episode][1] if episode in self.carried else self.epoch
-            order = self._orders[episode] = frame_order(self.seed, epoch, episode, self.source.episode_length(episode))
+            starts = self.run_starts(episode) if self.run_starts is not None else None
+            order = self._orders[episode] = frame_order(
+                self.seed, epoch, episode, self.source.episode_length(episode), run_starts=starts
+            )
         return order
 
     def _pick_remaining(self) -> int:

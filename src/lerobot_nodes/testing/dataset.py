@@ -104,6 +104,7 @@ class _Layout:
     width: int
     codec: Codec
     open_gop: bool
+    gop: int | None
     video_faststart: bool
     data_limit_bytes: float
     video_limit_bytes: float
@@ -545,7 +546,7 @@ def _stats_to_json(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[st
     return {name: {key: np.asarray(value).tolist() for key, value in s.items()} for name, s in stats.items()}
 
 
-def _video_info(path: Path, codec: Codec) -> dict[str, Any]:
+def _video_info(path: Path, codec: Codec, gop: int | None = None) -> dict[str, Any]:
     """The ``info`` block of a video feature: probed stream facts plus the encoder settings."""
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
@@ -558,10 +559,10 @@ def _video_info(path: Path, codec: Codec) -> dict[str, Any]:
             "video.channels": 3,
             "has_audio": bool(container.streams.audio),
         }
-    settings = {"av1": (2, 30, 12), "h264": (30, 23, None)}[codec]
+    settings = {"av1": (2, 30, 12), "h264": (30, 23, None), "hevc": (30, 28, None)}[codec]
     return {
         **probed,
-        "video.g": settings[0],
+        "video.g": settings[0] if gop is None else gop,
         "video.crf": settings[1],
         "video.preset": settings[2],
         "video.fast_decode": 0,
@@ -606,7 +607,7 @@ def _features_spec(layout: _Layout) -> dict[str, Any]:
             "dtype": "video",
             "shape": [layout.height, layout.width, 3],
             "names": ["height", "width", "channels"],
-            "info": _video_info(first_file, layout.codec),
+            "info": _video_info(first_file, layout.codec, layout.gop),
         }
     spec.update({f.name: f.spec() for f in DEFAULT_FEATURES})
     return spec
@@ -668,6 +669,7 @@ def write_dataset(
     extra_features: bool = False,
     seed: int = 0,
     open_gop: bool = False,
+    gop: int | None = None,
 ) -> Path:
     """Write a LeRobotDataset v3.0 at ``root`` (must be absent or empty) and return its path.
 
@@ -695,6 +697,7 @@ def write_dataset(
         width=width,
         codec=codec,
         open_gop=open_gop,
+        gop=gop,
         video_faststart=video_faststart,
         data_limit_bytes=data_file_size_in_mb * _MB,
         video_limit_bytes=video_files_size_in_mb * _MB,
@@ -753,7 +756,9 @@ def _write_episodes_payload(
                     seed=_sub_seed(layout.seed, episode_index, 2, camera_number),
                 )
                 episode_mp4 = Path(staging) / f"{camera}-episode-{episode_index:06d}.mp4"
-                encode_video(episode_mp4, frames[camera], layout.fps, layout.codec, open_gop=layout.open_gop)
+                encode_video(
+                    episode_mp4, frames[camera], layout.fps, layout.codec, g=layout.gop, open_gop=layout.open_gop
+                )
                 span = video_writers[camera].add(episode_mp4)
                 row[f"videos/{camera}/chunk_index"] = span.chunk_index
                 row[f"videos/{camera}/file_index"] = span.file_index

@@ -20,7 +20,7 @@ from typing import Literal
 import av
 import numpy as np
 
-Codec = Literal["av1", "h264"]
+Codec = Literal["av1", "h264", "hevc"]
 
 # Frames are synthesised in blocks so memory stays bounded for long or large clips.
 _FRAMES_PER_BLOCK = 32
@@ -130,7 +130,16 @@ def _encoder_settings(
         if open_gop:
             options["x264-params"] = "open-gop=1"
         return "libx264", options
-    raise ValueError(f"unsupported codec {codec!r}; expected 'av1' or 'h264'")
+    if codec == "hevc":
+        if open_gop:
+            raise ValueError("open_gop is only supported for h264")
+        options = {"g": str(30 if g is None else g), "crf": str(28 if crf is None else crf)}
+        params = ["log-level=none"]
+        if bframes is not None:
+            params.append(f"bframes={bframes}")
+        options["x265-params"] = ":".join(params)
+        return "libx265", options
+    raise ValueError(f"unsupported codec {codec!r}; expected 'av1', 'h264' or 'hevc'")
 
 
 def encode_video(
@@ -149,7 +158,8 @@ def encode_video(
 
     Guarantees: pix_fmt yuv420p, stream time base ``1/fps``, frame ``i`` has ``pts = i``,
     ``moov`` at the end of the file unless ``faststart`` (then ``moov`` precedes ``mdat``).
-    ``g``/``crf`` default to LeRobot's AV1 settings (2/30) or x264-style H.264 (30/23).
+    ``g``/``crf`` default to LeRobot's AV1 settings (2/30), x264-style H.264 (30/23) or x265
+    HEVC (30/28; B-frames, closed GOP as x265 defaults).
     Returns the written path.
     """
     frames = np.asarray(frames)
