@@ -10,7 +10,7 @@ MP4-index cost lookup is metadata; a budgeted replay adds one index lookup per e
 Old run: 2 ranks x 4 workers, batch size 8, default pool (32 per rank). New run: 3 ranks x 3 workers.
 Checkpoints at 25 %, 50 % and 95 % of the epoch. Run from the repository root::
 
-    nice -n 10 /work/venv-elastic/bin/python benchmarks/bench_elastic_replay.py --output benchmarks/elastic_results.md
+    /work/venv/bin/python benchmarks/bench_elastic_replay.py --output benchmarks/elastic_results.md
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def main() -> int:
         [
             "# Elastic resume: replay of the old schedules",
             "",
-            "Command: `nice -n 10 /work/venv-elastic/bin/python benchmarks/bench_elastic_replay.py "
+            "Command: `/work/venv/bin/python benchmarks/bench_elastic_replay.py "
             "--output benchmarks/elastic_results.md`",
             "",
             f"Machine: {platform.machine()}, {os.cpu_count()} cores **shared with other engineers' jobs** (load average "

@@ -246,15 +246,21 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         if not self._round:
             self._take(self._pick_round_robin())
             return 1
-        slots = {episode: slot for slot, (episode, _) in enumerate(self._pool)}
+        pool, round_, length = self._pool, self._round, self.source.episode_length
+        slots = {episode: slot for slot, (episode, _) in enumerate(pool)}
         done = 0
-        while self._round and done < limit:
-            slot = slots[self._round.pop(0)]
-            ends = self._pool[slot][1] + 1 == self.source.episode_length(self._pool[slot][0])
-            self._take(slot)
+        # The bookkeeping of _take, inlined: this loop is most of a long replay.
+        while done < len(round_) and done < limit:
+            episode = round_[done]
+            entry = pool[slots[episode]]
+            entry[1] += 1
             done += 1
-            if ends:
+            if entry[1] == length(episode):
+                del pool[slots[episode]]
+                self._orders.pop(episode, None)
                 break
+        del round_[:done]
+        self._num_yielded += done
         return done
 
     def _take(self, slot: int) -> None:
