@@ -110,7 +110,7 @@ def main() -> int:
             "",
             f"Machine: {platform.machine()}, {os.cpu_count()} cores **shared with other engineers' jobs** (load average "
             f"{load_before:.1f} before, {load_after:.1f} after), Python {sys.version.split()[0]}, numpy {np.__version__}. "
-            "One run, niced: figures are upper bounds of what an idle core does.",
+            "One run: figures are upper bounds of what an idle core does.",
             "",
             f"{args.frames:,} frames in {EPISODES:,} episodes (50..150 frames), old run {old.describe()}, batch size "
             f"{batch}, default pool (32 per rank), resumed as {new.describe()}. Time = replay of every old worker to "
