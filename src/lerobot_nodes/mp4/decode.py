@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import cast
+from typing import Any, cast
 
 import av
 import numpy as np
@@ -57,11 +57,28 @@ class _CachedFrame:
     def to_rgb(self) -> np.ndarray:
         if self.rgb is None:
             assert self.frame is not None
-            # One swscale thread: the same pixels as the default, without oversubscribing the
-            # cores when several decode threads run (auto threading was 6x slower under load).
-            self.rgb = self.frame.to_ndarray(format="rgb24", threads=1)
+            self.rgb = _frame_to_rgb(self.frame)
             self.frame = None
         return self.rgb
+
+
+_RGB_OPTIONS: dict[str, Any] = {"threads": 1}
+
+
+def _frame_to_rgb(frame: av.VideoFrame) -> np.ndarray:
+    """``frame`` as an RGB24 array, converted on one swscale thread where PyAV allows choosing.
+
+    One thread gives the same pixels as the default without oversubscribing the cores when several
+    decode threads run (auto threading was 6x slower under load). PyAV 15 (what LeRobot 0.6.1 pins)
+    has no ``threads`` argument: there the conversion uses its default.
+    """
+    try:
+        return frame.to_ndarray(format="rgb24", **_RGB_OPTIONS)
+    except TypeError:
+        if not _RGB_OPTIONS:
+            raise
+        _RGB_OPTIONS.clear()
+        return frame.to_ndarray(format="rgb24")
 
 
 class ClipDecoder:
