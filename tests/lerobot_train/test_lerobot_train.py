@@ -65,8 +65,13 @@ def test_resume_continues_sample_for_sample(trainer: Trainer):
     assert "resuming the streaming order exactly after step 3" in resumed.output
     assert resumed.batches() == expected
 
+    # Without the loader state (a checkpoint of LeRobot's own loader, say) the streaming flags are
+    # not in the checkpoint: they are given again, as LeRobot users repeat what its config does not hold.
     (checkpoint / "training_state" / LOADER_STATE).unlink()
-    by_step = trainer.run("--resume=true", f"--config_path={config}", "--steps=6", record="by_step.jsonl")
+    by_step = trainer.run(
+        "--resume=true", f"--config_path={config}", "--steps=6", "--dataset.streaming_episode_pool_size=2",
+        record="by_step.jsonl",
+    )
     by_step.check()
     assert "resuming the streaming order by step offset" in by_step.output
     assert by_step.batches() == expected[3:]
