@@ -89,7 +89,13 @@ class Trainer:
     root: Path
     python: str
 
-    def run(self, *args: str, record: str = "record.jsonl", timeout: float = 900) -> Run:
+    def run(self, *args: str, record: str = "record.jsonl", timeout: float = 900, processes: int = 1) -> Run:
+        """``lerobot-nodes train ARGS``; ``processes`` > 1 runs it under ``accelerate launch`` (DDP on CPU, gloo)."""
+        launcher = [self.python]
+        if processes > 1:
+            accelerate = str(Path(self.python).parent / "accelerate")
+            launcher = [accelerate, "launch", "--multi_gpu", f"--num_processes={processes}", "--num_machines=1",
+                        "--mixed_precision=no", "--dynamo_backend=no"]
         env = {
             **os.environ,
             "PYTHONPATH": str(SRC),
@@ -99,7 +105,7 @@ class Trainer:
             "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": "1",
         }
-        command = [self.python, "-m", "lerobot_nodes.cli.main", "train", *args]
+        command = [*launcher, "-m", "lerobot_nodes.cli.main", "train", *args]
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=self.tmp)
         return Run(result, self.tmp / record)
 

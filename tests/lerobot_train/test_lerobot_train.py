@@ -6,36 +6,75 @@ of the LeRobot-written AV1 fixture (8 episodes, 380 frames), offline.
 
 from __future__ import annotations
 
+import json
 import subprocess
+from typing import Any
 
+import pytest
 from cli.cli_process import assert_one_line_error
+
 from .conftest import SRC, TINY_ACT, Trainer, lerobot_python, needs_lerobot
 
 LOADER_STATE = "lerobot_nodes_loader_rank0.pt"
 
 
-@needs_lerobot
-def test_the_hooked_names_are_checked_against_lerobot():
-    """``check_lerobot`` passes on LeRobot 0.6.1 and fails loudly when a hooked signature changes."""
+IN_LEROBOT = """
+import json
+from lerobot.utils.logging_utils import AverageMeter, MetricsTracker
+from lerobot_nodes.lerobot_train import _metrics_tracker_class, check_lerobot
+
+found = {"version": check_lerobot()}
+
+class Session:
+    def metrics_line(self): return "LINE"
+    def metrics_dict(self): return {"streaming/refill_stalls": 3.0}
+
+Tracker = _metrics_tracker_class(MetricsTracker, Session())
+meters = lambda *names: {n: AverageMeter(n, ":.3f") for n in names}
+train, evaluation = Tracker(2, 380, 8, meters("loss", "dataloading_s")), Tracker(2, 380, 8, meters("eval_s"))
+found["train"] = [str(train), train.to_dict()]
+found["eval"] = [str(evaluation), evaluation.to_dict()]
+
+import lerobot.scripts.lerobot_train as trainer
+trainer.should_save_checkpoint = lambda step, save_freq: True
+try:
+    check_lerobot()
+except Exception as error:
+    found["changed"] = f"{type(error).__name__}: {error}"
+print(json.dumps(found))
+"""
+"""Checks that need LeRobot's classes, in one subprocess (importing LeRobot and torch takes a while)."""
+
+
+@pytest.fixture(scope="module")
+def in_lerobot() -> dict[str, Any]:
     python = lerobot_python()
     assert python is not None
-    script = (
-        "from lerobot_nodes.lerobot_train import check_lerobot\n"
-        "print(check_lerobot())\n"
-        "import lerobot.scripts.lerobot_train as trainer\n"
-        "trainer.should_save_checkpoint = lambda step, save_freq: True\n"
-        "try:\n"
-        "    check_lerobot()\n"
-        "except Exception as error:\n"
-        "    print(type(error).__name__, error)\n"
-    )
     result = subprocess.run(
-        [python, "-c", script], capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(SRC), "PATH": ""}
+        [python, "-c", IN_LEROBOT], capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(SRC), "PATH": ""}
     )
     assert result.returncode == 0, result.stderr
-    version, error = result.stdout.splitlines()[-2:]
-    assert version == "0.6.1"
-    assert error.startswith("LeRobotIncompatibleError lerobot.scripts.lerobot_train.should_save_checkpoint takes"), error
+    return json.loads(result.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@needs_lerobot
+def test_the_hooked_names_are_checked_against_lerobot(in_lerobot: dict[str, Any]):
+    """``check_lerobot`` passes on LeRobot 0.6.1 and fails loudly when a hooked signature changes."""
+    assert in_lerobot["version"] == "0.6.1"
+    assert in_lerobot["changed"].startswith(
+        "LeRobotIncompatibleError: lerobot.scripts.lerobot_train.should_save_checkpoint takes (step, save_freq)"
+    ), in_lerobot["changed"]
+
+
+@needs_lerobot
+def test_the_training_log_line_and_wandb_dict_carry_the_streaming_metrics(in_lerobot: dict[str, Any]):
+    """What LeRobot's trainer logs (``str(train_tracker)``) and passes to wandb (``train_tracker.to_dict()``);
+    the trackers of env evaluation (no ``dataloading_s``) are left as they are."""
+    line, values = in_lerobot["train"]
+    assert line.endswith(" | streaming: LINE") and line.startswith("step:0 ")
+    assert values["streaming/refill_stalls"] == 3.0 and "loss" in values
+    line, values = in_lerobot["eval"]
+    assert "streaming" not in line and not any(key.startswith("streaming/") for key in values)
 
 
 @needs_lerobot
@@ -75,6 +114,25 @@ def test_resume_continues_sample_for_sample(trainer: Trainer):
     by_step.check()
     assert "resuming the streaming order by step offset" in by_step.output
     assert by_step.batches() == expected[3:]
+
+
+@needs_lerobot
+def test_two_processes_train_on_disjoint_episodes(trainer: Trainer):
+    """``accelerate launch --num_processes=2`` on CPU: each rank streams its own whole episodes and saves its
+    own loader state beside the checkpoint."""
+    run = trainer.run(
+        *trainer.dataset_flags(), *TINY_ACT, "--dataset.streaming=true", "--num_workers=1", "--steps=3",
+        "--save_freq=3", f"--output_dir={trainer.tmp / 'ddp'}", processes=2,
+    )
+    run.check()
+    lines = [json.loads(line) for line in run.record.read_text().splitlines()]
+    episodes = {rank: {e for line in lines if line["rank"] == rank for e, _ in line["samples"]} for rank in (0, 1)}
+    assert all(episodes.values()) and not episodes[0] & episodes[1], episodes
+    assert sorted(line["step"] for line in lines) == [1, 1, 2, 2, 3, 3]
+    state = trainer.tmp / "ddp" / "checkpoints" / "000003" / "training_state"
+    assert {path.name for path in state.glob("lerobot_nodes_loader_rank*.pt")} == {
+        "lerobot_nodes_loader_rank0.pt", "lerobot_nodes_loader_rank1.pt"
+    }
 
 
 @needs_lerobot
