@@ -174,3 +174,21 @@ def test_streaming_flags_are_checked_without_lerobot(tmp_path, python_311):
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     assert_one_line_error(result, 2, "--dataset.streaming_sampling_strategy must be one of remaining, round_robin")
+
+
+def test_only_the_streaming_flags_are_taken_out_of_the_command_line():
+    from lerobot_nodes.cli.flags import split_streaming_flags
+
+    argv = [
+        "--dataset.repo_id=local/tiny", "--dataset.streaming=true", "--dataset.streaming_episode_pool_size", "4",
+        "--policy.type=act", "--dataset.streaming_byte_budget_gb=0.5", "--dataset.video_decoder_cache_size=null",
+        "--dataset.image_transforms.enable=true", "--steps", "6",
+    ]
+    options, rest = split_streaming_flags(argv)
+    assert options == {
+        "streaming_episode_pool_size": 4, "streaming_byte_budget_gb": 0.5, "video_decoder_cache_size": None
+    }
+    assert rest == [
+        "--dataset.repo_id=local/tiny", "--dataset.streaming=true", "--policy.type=act",
+        "--dataset.image_transforms.enable=true", "--steps", "6",
+    ]
