@@ -28,7 +28,7 @@ def run_train(argv: Sequence[str]) -> int:
         print(flags_help({"streaming flags (lerobot_nodes)": STREAMING_FLAGS}))
         print("\nLeRobot's lerobot-train flags:")
     streaming_options, rest = split_streaming_flags(argv)
-    from ..lerobot_train import TrainingSession, run_lerobot_train
+    from ..lerobot_train import run_lerobot_train
 
-    TrainingSession(streaming_options)  # one-line ConfigError for an impossible value, before LeRobot starts
+    # An impossible value is a one-line ConfigError before LeRobot is imported (TrainingSession checks it).
     return run_lerobot_train(rest, streaming_options)
