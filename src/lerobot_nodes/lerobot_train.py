@@ -9,7 +9,8 @@ each replacement hands over to LeRobot's original when the run is not ``--datase
   :class:`~lerobot_nodes.StreamingLeRobotDataset` built from the same config: repo_id, root,
   revision, repo_type, episodes, ``delta_timestamps`` from LeRobot's ``resolve_delta_timestamps``,
   image transforms, ``--seed``, ``--tolerance_s``, ``max_num_shards`` from ``--num_workers`` and
-  the ``--dataset.streaming_*`` options.
+  the ``--dataset.streaming_*`` options. With ``--dataset.eval_split`` the held-out episodes
+  (LeRobot's rule, :func:`split_train_eval`) go to LeRobot's map-style ``LeRobotDataset``, as LeRobot does.
 - ``accelerate.Accelerator``: a subclass whose ``prepare`` replaces the DataLoader the trainer
   built over that dataset with the ``StatefulDataLoader`` of :func:`~lerobot_nodes.streaming_dataloader`
   (Accelerate would re-wrap it and, with several processes, dispatch or split the batches of a
@@ -36,9 +37,10 @@ import inspect
 import io
 import json
 import logging
+import math
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +173,25 @@ def check_lerobot() -> str:
     return version
 
 
+def split_train_eval(
+    episode_tasks: Sequence[Any], episodes: Iterable[int], eval_split: float
+) -> tuple[list[int], list[int]]:
+    """LeRobot 0.6.1's ``--dataset.eval_split`` rule: per task (an episode's first task), the last
+    ``ceil(n * eval_split)`` of its ``n`` selected episodes are held out for evaluation."""
+    by_task: dict[str, list[int]] = {}
+    for episode in episodes:
+        tasks = episode_tasks[episode]
+        by_task.setdefault(tasks[0] if len(tasks) else "", []).append(int(episode))
+    train, held_out = [], []
+    for group in by_task.values():
+        count = math.ceil(len(group) * eval_split)
+        train += group[: len(group) - count]
+        held_out += group[len(group) - count :]
+    if not train:
+        raise ConfigError(f"--dataset.eval_split={eval_split} leaves no training episode of {sum(map(len, by_task.values()))}")
+    return train, held_out
+
+
 class TrainerDataset(IterableDataset):  # type: ignore[type-arg]
     """What LeRobot's trainer sees: LeRobot's metadata in front of a :class:`StreamingLeRobotDataset`.
 
@@ -257,31 +278,30 @@ class TrainingSession:
         return self.view.streaming if self.view is not None else None
 
     # -- make_train_eval_datasets --------------------------------------------------------------
-    def make_datasets(self, cfg: Any) -> tuple[TrainerDataset, None]:
+    def make_datasets(self, cfg: Any) -> tuple[TrainerDataset, Any]:
         from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
         from lerobot.datasets.factory import resolve_delta_timestamps
         from lerobot.transforms import ImageTransforms
         from lerobot.utils.constants import IMAGENET_STATS
 
         self.cfg = cfg
-        if cfg.dataset.eval_split:
-            raise ConfigError(
-                f"--dataset.eval_split={cfg.dataset.eval_split} holds out map-style episodes, which lerobot-nodes "
-                "train does not support with --dataset.streaming=true yet: use --dataset.eval_split=0, or select "
-                "training episodes with --dataset.episodes"
-            )
         if not isinstance(cfg.dataset.repo_id, str):
             raise ConfigError("--dataset.repo_id must name one dataset: LeRobot does not train on several either")
         meta = LeRobotDatasetMetadata(
             cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision, repo_type=cfg.dataset.repo_type
         )
         enabled = cfg.dataset.image_transforms.enable
+        delta_timestamps = resolve_delta_timestamps(cfg.trainable_config, meta)
+        episodes, eval_episodes = cfg.dataset.episodes, None
+        if cfg.dataset.eval_split:
+            selected = episodes if episodes is not None else range(meta.total_episodes)
+            episodes, eval_episodes = split_train_eval(meta.episodes["tasks"], selected, cfg.dataset.eval_split)
         dataset = StreamingLeRobotDataset(
             cfg.dataset.repo_id,
             root=cfg.dataset.root,
-            episodes=cfg.dataset.episodes,
+            episodes=episodes,
             image_transforms=ImageTransforms(cfg.dataset.image_transforms) if enabled else None,
-            delta_timestamps=resolve_delta_timestamps(cfg.trainable_config, meta),
+            delta_timestamps=delta_timestamps,
             tolerance_s=cfg.tolerance_s,
             revision=cfg.dataset.revision,
             max_num_shards=max(1, int(cfg.num_workers)),
@@ -290,19 +310,37 @@ class TrainingSession:
             repo_type=cfg.dataset.repo_type,
             config=StreamingConfig(**self._options(cfg)),
         )
+        eval_dataset = None
+        if eval_episodes is not None:
+            # LeRobot evaluates held-out episodes map-style, streaming or not (make_train_eval_datasets).
+            from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+            eval_dataset = LeRobotDataset(
+                cfg.dataset.repo_id,
+                root=cfg.dataset.root,
+                episodes=eval_episodes,
+                delta_timestamps=delta_timestamps,
+                image_transforms=None,
+                revision=cfg.dataset.revision,
+                video_backend=cfg.dataset.video_backend,
+                return_uint8=True,
+                tolerance_s=cfg.tolerance_s,
+            )
+            logger.info("train/eval split: %d streamed training episodes, %d held out", len(episodes), len(eval_episodes))
         if cfg.dataset.use_imagenet_stats:  # as LeRobot's make_dataset does
-            for key in meta.camera_keys:
-                if key in getattr(meta, "depth_keys", ()):
-                    continue
-                for stats_type, stats in IMAGENET_STATS.items():
-                    meta.stats[key][stats_type] = torch.tensor(stats, dtype=torch.float32)
+            for stats_of in (meta, *([eval_dataset.meta] if eval_dataset is not None else [])):
+                for key in stats_of.camera_keys:
+                    if key in getattr(stats_of, "depth_keys", ()):
+                        continue
+                    for stats_type, stats in IMAGENET_STATS.items():
+                        stats_of.stats[key][stats_type] = torch.tensor(stats, dtype=torch.float32)
         self.view = TrainerDataset(dataset, meta)
         logger.info(
             "streaming %d episodes, %d frames with lerobot_nodes (seed %s, %s)",
             dataset.num_episodes, dataset.num_frames, dataset.seed,
             ", ".join(f"{k}={v}" for k, v in dataset.config.as_dict().items()),
         )
-        return self.view, None
+        return self.view, eval_dataset
 
     def _options(self, cfg: Any) -> dict[str, Any]:
         """The streaming options: the flags given, else (on resume) those the checkpoint was made with."""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cli.cli_process import assert_one_line_error
 
-from .conftest import SRC, TINY_ACT, Trainer, lerobot_python, needs_lerobot
+from .conftest import LEROBOT_AV1, SRC, TINY_ACT, Trainer, lerobot_python, needs_lerobot
 
 LOADER_STATE = "lerobot_nodes_loader_rank0.pt"
 
@@ -35,6 +35,24 @@ train, evaluation = Tracker(2, 380, 8, meters("loss", "dataloading_s")), Tracker
 found["train"] = [str(train), train.to_dict()]
 found["eval"] = [str(evaluation), evaluation.to_dict()]
 
+import sys
+from lerobot.configs.default import DatasetConfig
+from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+from lerobot.datasets.factory import make_train_eval_datasets
+from lerobot_nodes.lerobot_train import split_train_eval
+
+class Policy:
+    reward_delta_indices = action_delta_indices = observation_delta_indices = None
+
+class Config:
+    dataset = DatasetConfig(repo_id="local/tiny", root=sys.argv[1], eval_split=0.25, video_backend="pyav")
+    trainable_config, tolerance_s = Policy(), 1e-4
+
+train_part, held_out = make_train_eval_datasets(Config())
+meta = LeRobotDatasetMetadata("local/tiny", root=sys.argv[1])
+found["lerobot_split"] = [train_part.episodes, held_out.episodes]
+found["our_split"] = split_train_eval(meta.episodes["tasks"], range(meta.total_episodes), 0.25)
+
 import lerobot.scripts.lerobot_train as trainer
 trainer.should_save_checkpoint = lambda step, save_freq: True
 try:
@@ -47,11 +65,12 @@ print(json.dumps(found))
 
 
 @pytest.fixture(scope="module")
-def in_lerobot() -> dict[str, Any]:
+def in_lerobot(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     python = lerobot_python()
     assert python is not None
     result = subprocess.run(
-        [python, "-c", IN_LEROBOT], capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(SRC), "PATH": ""}
+        [python, "-c", IN_LEROBOT, str(LEROBOT_AV1)], capture_output=True, text=True, timeout=300,
+        env={"PYTHONPATH": str(SRC), "PATH": "", "HF_HUB_OFFLINE": "1", "HF_LEROBOT_HOME": str(tmp_path_factory.mktemp("home"))},
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.splitlines()[-1])  # type: ignore[no-any-return]
@@ -75,6 +94,14 @@ def test_the_training_log_line_and_wandb_dict_carry_the_streaming_metrics(in_ler
     assert values["streaming/refill_stalls"] == 3.0 and "loss" in values
     line, values = in_lerobot["eval"]
     assert "streaming" not in line and not any(key.startswith("streaming/") for key in values)
+
+
+@needs_lerobot
+def test_the_eval_split_holds_out_the_episodes_lerobot_holds_out(in_lerobot: dict[str, Any]):
+    """``--dataset.eval_split``: the same per-task rule as LeRobot's ``make_train_eval_datasets``."""
+    assert in_lerobot["our_split"] == in_lerobot["lerobot_split"]
+    train, held_out = in_lerobot["our_split"]
+    assert train and held_out and sorted(train + held_out) == list(range(8))
 
 
 @needs_lerobot
@@ -133,6 +160,22 @@ def test_two_processes_train_on_disjoint_episodes(trainer: Trainer):
     assert {path.name for path in state.glob("lerobot_nodes_loader_rank*.pt")} == {
         "lerobot_nodes_loader_rank0.pt", "lerobot_nodes_loader_rank1.pt"
     }
+
+
+@needs_lerobot
+def test_an_eval_split_streams_the_training_episodes_and_evaluates_the_others_map_style(
+    trainer: Trainer, in_lerobot: dict[str, Any]
+):
+    run = trainer.run(
+        *trainer.dataset_flags(), *TINY_ACT, "--dataset.streaming=true", "--num_workers=0", "--steps=2",
+        "--save_checkpoint=false", "--dataset.eval_split=0.25", "--eval_steps=2", "--max_eval_samples=4",
+        "--dataset.video_backend=pyav", f"--output_dir={trainer.tmp / 'eval'}",
+    )
+    run.check()
+    assert "train/eval split: 5 streamed training episodes, 3 held out" in run.output
+    assert "step 2: eval_loss=" in run.output
+    streamed = {episode for _, samples in run.batches() for episode, _ in samples}
+    assert streamed and streamed <= set(in_lerobot["lerobot_split"][0]) and len(run.batches()) == 2
 
 
 @needs_lerobot
