@@ -83,3 +83,7 @@ class SidecarLockTimeoutError(SidecarError, TimeoutError):
 
 class PublishNotSupportedError(SidecarError):
     """Publishing a sidecar (``--push``) was asked for but is not possible here."""
+
+
+class LeRobotIncompatibleError(LeRobotNodesError):
+    """LeRobot is missing, or its trainer no longer has what ``lerobot-nodes train`` patches."""

@@ -187,6 +187,32 @@ def split_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], di
     return parsed[DATASET_FLAGS], parsed[STREAMING_FLAGS], parsed[TRAINING_FLAGS], rest
 
 
+def split_streaming_flags(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Take the ``--dataset.streaming_*`` flags (every :data:`STREAMING_FLAGS` entry) out of ``argv``.
+
+    Returns the parsed values of the flags given and every other token, unchanged and in order:
+    what ``lerobot-nodes train`` hands to LeRobot's own parser, which does not know these flags.
+    ``--flag=value`` and ``--flag value`` are both read; a value that cannot be parsed is a ConfigError.
+    """
+    streaming = {flag.name: flag for flag in STREAMING_FLAGS}
+    parsed: dict[str, Any] = {}
+    rest: list[str] = []
+    tokens = iter(argv)
+    for token in tokens:
+        name, has_value, text = token.removeprefix("--").partition("=")
+        flag = streaming.get(name) if token.startswith("--") else None
+        if flag is None:
+            rest.append(token)
+            continue
+        if not has_value:
+            following = next(tokens, None)
+            if following is None or following.startswith("--"):
+                raise ConfigError(f"{flag.option} needs a value: {flag.option}=VALUE or {flag.option} VALUE")
+            text = following
+        parsed[flag.key] = _parse(flag, text)
+    return parsed, rest
+
+
 def with_defaults(given: dict[str, Any], flags: Sequence[Flag]) -> dict[str, Any]:
     """``given`` completed with the default of every flag it does not set."""
     return {flag.key: given.get(flag.key, flag.default) for flag in flags}

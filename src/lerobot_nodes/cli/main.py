@@ -6,7 +6,8 @@ built-in demo dataset, generated into the LeRobot cache on first use. ``lerobot-
 inspect`` summarises a dataset and its MP4 sidecar and lists every way its metadata disagrees
 with its videos (exit status 1 if any); ``lerobot-nodes demo`` reads a few samples with the
 map-style reader; ``lerobot-nodes cache list|clear`` shows or removes the local index and
-metadata caches. SIGTERM and SIGINT stop a command cleanly: one line on stderr, exit status
+metadata caches; ``lerobot-nodes train`` runs LeRobot's own ``lerobot-train`` with every flag, streaming
+through this package with ``--dataset.streaming=true`` (``cli.train``). SIGTERM and SIGINT stop a command cleanly: one line on stderr, exit status
 128 + the signal.
 """
 
@@ -33,7 +34,7 @@ from .console import (
 from .signals import Stopped, stopping_on_signals
 
 PROG = "lerobot-nodes"
-COMMANDS = ("stream", "inspect", "demo", "cache")
+COMMANDS = ("stream", "inspect", "demo", "cache", "train")
 DEFAULT_COMMAND = "stream"
 FLAG_COMMANDS = ("stream", "inspect")
 """Commands that take LeRobot-style flags (``--dataset.root=PATH``)."""
@@ -241,6 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--samples", type=at_least(1), default=4, help="samples to print (default 4)")
     demo.set_defaults(handler=run_demo)
     add_cache_parser(commands, debug)
+    commands.add_parser(
+        "train",
+        parents=[debug],
+        help="run LeRobot's lerobot-train (LeRobot >= 0.6.1) with every flag; --dataset.streaming=true streams "
+        "through lerobot_nodes (lerobot-nodes train --help)",
+        add_help=False,
+    )
     return parser
 
 
@@ -286,6 +294,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         usage_hint = f"{PROG} {argv[0]} --help lists every flag"
     else:
         usage_hint = f"{PROG} --help lists the commands"
+    if argv[0] == "train":
+        # LeRobot's flags go to LeRobot's parser unchanged, and LeRobot sets up its own logging.
+        from .train import run_train
+
+        return run_reporting_errors(lambda: run_train(argv[1:]), debug=debug, usage_hint=usage_hint)
     return run_reporting_errors(lambda: _run(argv), debug=debug, usage_hint=usage_hint)
 
 
