@@ -89,14 +89,22 @@ class Trainer:
     root: Path
     python: str
 
-    def run(self, *args: str, record: str = "record.jsonl", timeout: float = 900, processes: int = 1) -> Run:
-        """``lerobot-nodes train ARGS``; ``processes`` > 1 runs it under ``accelerate launch`` (DDP on CPU, gloo)."""
+    def run(
+        self,
+        *args: str,
+        record: str = "record.jsonl",
+        timeout: float = 900,
+        processes: int = 1,
+        env: dict[str, str] | None = None,
+    ) -> Run:
+        """``lerobot-nodes train ARGS``; ``processes`` > 1 runs it under ``accelerate launch`` (DDP on CPU, gloo).
+        ``env`` overrides the offline environment (e.g. to reach a loopback Hub)."""
         launcher = [self.python]
         if processes > 1:
             accelerate = str(Path(self.python).parent / "accelerate")
             launcher = [accelerate, "launch", "--multi_gpu", f"--num_processes={processes}", "--num_machines=1",
                         "--mixed_precision=no", "--dynamo_backend=no"]
-        env = {
+        environment = {
             **os.environ,
             "PYTHONPATH": str(SRC),
             "HF_HUB_OFFLINE": "1",
@@ -104,9 +112,10 @@ class Trainer:
             "LEROBOT_NODES_RECORD": str(self.tmp / record),
             "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": "1",
+            **(env or {}),
         }
         command = [*launcher, "-m", "lerobot_nodes.cli.main", "train", *args]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=self.tmp)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment, cwd=self.tmp)
         return Run(result, self.tmp / record)
 
     def dataset_flags(self) -> tuple[str, ...]:

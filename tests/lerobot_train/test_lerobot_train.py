@@ -235,3 +235,23 @@ def test_only_the_streaming_flags_are_taken_out_of_the_command_line():
         "--dataset.repo_id=local/tiny", "--dataset.streaming=true", "--policy.type=act",
         "--dataset.image_transforms.enable=true", "--steps", "6",
     ]
+
+
+@needs_lerobot
+def test_streams_from_a_hub_repo(trainer: Trainer):
+    """``--dataset.repo_id=OWNER/NAME`` without a root: the trainer streams from the Hub (a loopback Hub via
+    ``HF_ENDPOINT``) at the commit of the ``v3.0`` tag, and LeRobot's own metadata comes from the same Hub."""
+    from lerobot_nodes.testing.hub import LoopbackHub
+
+    with LoopbackHub() as hub:
+        sha = hub.add_dataset("lerobot-nodes/tiny-av1", trainer.root)
+        run = trainer.run(
+            "--dataset.repo_id=lerobot-nodes/tiny-av1", *TINY_ACT, "--dataset.streaming=true", "--num_workers=2",
+            "--steps=3", "--save_checkpoint=false", f"--output_dir={trainer.tmp / 'hub'}",
+            env={"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_XET": "1",
+                 "HF_HUB_DISABLE_TELEMETRY": "1"},
+        )
+        run.check()
+        assert [step for step, _ in run.batches()] == [1, 2, 3]
+        payload = [r for r in hub.records if "/videos/" in r.path or "/data/" in r.path]
+        assert payload and all(sha in r.path for r in payload if r.origin == "hub"), payload[:3]
