@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
@@ -159,22 +159,18 @@ def _parse(flag: Flag, text: str) -> Any:
     return value
 
 
-def split_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
-    """Split ``argv`` into (dataset options, streaming options, training options, the rest), in order.
+def _take_flags(argv: Sequence[str], known: Mapping[str, Flag]) -> tuple[list[tuple[Flag, Any]], list[str]]:
+    """Every flag of ``known`` (by name) in ``argv`` with its parsed value, and every other token, in order.
 
-    Each dict holds only the flags given. ``--flag=value`` and ``--flag value`` are both read;
-    an unknown ``--dataset.*`` flag is a ConfigError listing the known ones.
+    ``--flag=value`` and ``--flag value`` are both read; a value that cannot be parsed is a ConfigError.
     """
-    parsed: dict[tuple[Flag, ...], dict[str, Any]] = {DATASET_FLAGS: {}, STREAMING_FLAGS: {}, TRAINING_FLAGS: {}}
+    taken: list[tuple[Flag, Any]] = []
     rest: list[str] = []
     tokens = iter(argv)
     for token in tokens:
         name, has_value, text = token.removeprefix("--").partition("=")
-        flag = _BY_NAME.get(name) if token.startswith("--") else None
+        flag = known.get(name) if token.startswith("--") else None
         if flag is None:
-            if token.startswith("--" + DATASET_PREFIX):
-                known = ", ".join(sorted(f.option for f in (*DATASET_FLAGS, *STREAMING_FLAGS)))
-                raise ConfigError(f"unknown flag --{name}; the --dataset.* flags are: {known}")
             rest.append(token)
             continue
         if not has_value:
@@ -182,8 +178,27 @@ def split_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], di
             if following is None or following.startswith("--"):
                 raise ConfigError(f"{flag.option} needs a value: {flag.option}=VALUE or {flag.option} VALUE")
             text = following
+        taken.append((flag, _parse(flag, text)))
+    return taken, rest
+
+
+def split_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
+    """Split ``argv`` into (dataset options, streaming options, training options, the rest), in order.
+
+    Each dict holds only the flags given. ``--flag=value`` and ``--flag value`` are both read;
+    an unknown ``--dataset.*`` flag is a ConfigError listing the known ones.
+    """
+    unknown = [token for token in argv if token.startswith("--" + DATASET_PREFIX)
+               and token.removeprefix("--").partition("=")[0] not in _BY_NAME]
+    if unknown:
+        name = unknown[0].removeprefix("--").partition("=")[0]
+        known = ", ".join(sorted(f.option for f in (*DATASET_FLAGS, *STREAMING_FLAGS)))
+        raise ConfigError(f"unknown flag --{name}; the --dataset.* flags are: {known}")
+    taken, rest = _take_flags(argv, _BY_NAME)
+    parsed: dict[tuple[Flag, ...], dict[str, Any]] = {DATASET_FLAGS: {}, STREAMING_FLAGS: {}, TRAINING_FLAGS: {}}
+    for flag, value in taken:
         group = next(group for group in parsed if flag in group)
-        parsed[group][flag.key] = _parse(flag, text)
+        parsed[group][flag.key] = value
     return parsed[DATASET_FLAGS], parsed[STREAMING_FLAGS], parsed[TRAINING_FLAGS], rest
 
 
@@ -194,23 +209,8 @@ def split_streaming_flags(argv: Sequence[str]) -> tuple[dict[str, Any], list[str
     what ``lerobot-nodes train`` hands to LeRobot's own parser, which does not know these flags.
     ``--flag=value`` and ``--flag value`` are both read; a value that cannot be parsed is a ConfigError.
     """
-    streaming = {flag.name: flag for flag in STREAMING_FLAGS}
-    parsed: dict[str, Any] = {}
-    rest: list[str] = []
-    tokens = iter(argv)
-    for token in tokens:
-        name, has_value, text = token.removeprefix("--").partition("=")
-        flag = streaming.get(name) if token.startswith("--") else None
-        if flag is None:
-            rest.append(token)
-            continue
-        if not has_value:
-            following = next(tokens, None)
-            if following is None or following.startswith("--"):
-                raise ConfigError(f"{flag.option} needs a value: {flag.option}=VALUE or {flag.option} VALUE")
-            text = following
-        parsed[flag.key] = _parse(flag, text)
-    return parsed, rest
+    taken, rest = _take_flags(argv, {flag.name: flag for flag in STREAMING_FLAGS})
+    return {flag.key: value for flag, value in taken}, rest
 
 
 def with_defaults(given: dict[str, Any], flags: Sequence[Flag]) -> dict[str, Any]:
