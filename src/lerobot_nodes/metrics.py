@@ -24,6 +24,22 @@ logger = logging.getLogger("lerobot_nodes.metrics")
 
 T = TypeVar("T")
 
+GAUGE_NAMES = (
+    "reserved_bytes",
+    "resident_bytes",
+    "budget_bytes",
+    "http_requests",
+    "http_retries",
+    "decoded_resident_bytes",
+    "decoded_resident_frames",
+    "peak_decoded_bytes",
+    "peak_decoded_frames",
+    "decoded_budget_bytes",
+)
+"""Per-worker gauges (set, not added): reserved/resident bytes, the budget, the HTTP request and
+retry totals of the worker's remote source, and the decoded frames its video decoders keep
+(bytes and frames now, their peaks, and the decoded-frame budget)."""
+
 COUNTER_NAMES = (
     "samples",
     "frames_decoded",
@@ -33,37 +49,13 @@ COUNTER_NAMES = (
     "refill_stall_seconds",
     "bytes_fetched",
     "bytes_planned",
-    "reserved_bytes",
-    "resident_bytes",
     "peak_reserved_bytes",
-    "budget_bytes",
     "episodes_fetched",
-    "http_requests",
-    "http_retries",
-    "decoded_resident_bytes",
-    "decoded_resident_frames",
-    "peak_decoded_bytes",
-    "peak_decoded_frames",
-    "decoded_budget_bytes",
+    *GAUGE_NAMES,
 )
-"""Per-worker counters. Gauges (set, not added): reserved/resident bytes, the budget, the HTTP
-request and retry totals of the worker's remote source, and the decoded frames its video
-decoders keep (bytes and frames now, their peaks, and the decoded-frame budget)."""
+"""Per-worker counters: sums, then the gauges."""
 
-_GAUGES = frozenset(
-    {
-        "reserved_bytes",
-        "resident_bytes",
-        "budget_bytes",
-        "http_requests",
-        "http_retries",
-        "decoded_resident_bytes",
-        "decoded_resident_frames",
-        "peak_decoded_bytes",
-        "peak_decoded_frames",
-        "decoded_budget_bytes",
-    }
-)
+_GAUGES = frozenset(GAUGE_NAMES)
 _PEAKS = frozenset({"peak_reserved_bytes"})
 
 
