@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-LOADER_ORDER = ("A", "B", "C")
-LOADER_COLORS = {"A": "#1f77b4", "B": "#ff7f0e", "C": "#2ca02c"}
+LOADER_ORDER = ("A", "B", "C", "D")
+LOADER_COLORS = {"A": "#1f77b4", "B": "#ff7f0e", "C": "#2ca02c", "D": "#d62728"}
 WINDOW_ORDER = ("none", "act", "diffusion")
 WINDOW_TEXT = {
     "none": "no window",
@@ -214,10 +214,19 @@ def _plots(summary: list[dict], out_dir: Path, preliminary: bool) -> list[Path]:
     return written
 
 
-def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_dir: Path) -> Path:
+def write(
+    meta: dict[str, Any],
+    records: list[dict],
+    summary: list[dict],
+    bench_dir: Path,
+    filename: str = "RESULTS.md",
+) -> Path:
     _add_decode_fraction(summary, meta)
     preliminary = any(r["placeholder"] for r in summary if r["loader"] == "A") or meta["args"].get("quick")
-    plots = _plots(summary, bench_dir / "plots", preliminary)
+    # RESULTS.md keeps its plots in plots/; any other page gets plots/<page stem>/ so it never
+    # overwrites the main page's figures.
+    plot_dir = Path("plots") if filename == "RESULTS.md" else Path("plots") / Path(filename).stem
+    plots = _plots(summary, bench_dir / plot_dir, preliminary)
     args = meta["args"]
     machine = meta["machine"]
     lines: list[str] = ["# Benchmark results", ""]
@@ -248,7 +257,14 @@ def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_
     lines += [
         f"Loaders: A = {meta['drivers']['A']['name']} (`benchmarks/drivers/{meta['drivers']['A']['script']}`, "
         f"`{meta['drivers']['A']['python']}`), B = {meta['drivers']['B']['name']}, C = {meta['drivers']['C']['name']} "
-        f"(B and C under `{meta['drivers']['B']['python']}`). Labels reported by the drivers:",
+        f"(B and C under `{meta['drivers']['B']['python']}`)"
+        + (
+            f", D = {meta['drivers']['D']['name']} (`benchmarks/drivers/{meta['drivers']['D']['script']}`, "
+            f"`{meta['drivers']['D']['python']}`)"
+            if "D" in meta["drivers"]
+            else ""
+        )
+        + ". Labels reported by the drivers:",
         "",
     ]
     for loader in LOADER_ORDER:
@@ -328,9 +344,9 @@ def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_
         if not rows:
             continue
         lines += [f"### {dataset}", "", *_table(rows), ""]
-        plot = bench_dir / "plots" / f"{dataset}.png"
+        plot = bench_dir / plot_dir / f"{dataset}.png"
         if plot in plots:
-            lines += [f"![{dataset}](plots/{plot.name})", ""]
+            lines += [f"![{dataset}]({(plot_dir / plot.name).as_posix()})", ""]
     epoch_rows = _sorted([r for r in summary if r["mode"] == "epoch"])
     if epoch_rows:
         lines += [
@@ -393,6 +409,13 @@ def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_
         f"- kernel: {machine['kernel']}",
         f"- project venv (`{meta['drivers']['A']['python']}`): {machine['project_env']}",
         f"- LeRobot venv (`{meta['drivers']['B']['python']}`): {machine['lerobot_env']}",
+        *(
+            [
+                f"- LeRobot episode-streaming venv (`{meta['drivers']['D']['python']}`): {machine['lerobot_episode_env']}"
+            ]
+            if "lerobot_episode_env" in machine
+            else []
+        ),
         f"- system FFmpeg (torchcodec): {' '.join(machine['ffmpeg'])}",
         "",
         "Raw per-run records: `raw.jsonl` and `meta.json` in "
@@ -403,6 +426,6 @@ def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_
         + "`.",
         "",
     ]
-    out = bench_dir / "RESULTS.md"
+    out = bench_dir / filename
     out.write_text("\n".join(lines))
     return out
