@@ -23,6 +23,7 @@ COLUMNS = [
     ("ttfb_s", "first batch s", "{:.2f}", "time to first batch (s)", True),
     ("peak_rss_mb", "peak RSS MB", "{:.0f}", "", True),
     ("peak_pss_mb", "peak PSS MB", "{:.0f}", "peak PSS, process + workers (MB)", True),
+    ("pss_growth_mb", "PSS growth MB", "{:.0f}", "", True),
     ("dataset_read_mb", "dataset read MB", "{:.1f}", "", True),
     (
         "dataset_read_per_payload",
@@ -321,7 +322,8 @@ def write(
         "",
         "Medians over repetitions. samples/s is steady state (batches 2..N over the time from batch 1 to N); "
         "first batch is measured from just before the dataset is constructed. Memory is summed over the "
-        "loader process and its DataLoader workers (RSS double counts shared pages, PSS does not). "
+        "loader process and its DataLoader workers (RSS double counts shared pages, PSS does not); "
+        "`PSS growth` is that peak minus the driver's PSS after its imports, before the dataset exists. "
         "`dataset read` is what the run read from storage of the dataset's files (plus LeRobot's HF "
         "`datasets` Arrow cache, for B): their bytes in the page cache after the run, the files having "
         "been evicted before it (`fincore`; readahead included, library loading of spawned workers "

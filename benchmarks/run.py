@@ -508,6 +508,9 @@ def derive(record: dict, facts: DatasetFacts) -> None:
     m["peak_rss_mb"] = record["peak_rss"] / MB
     m["peak_pss_mb"] = record["peak_pss"] / MB
     m["base_pss_mb"] = record["base_pss"] / MB
+    # What the loader adds beyond its imports: peak of the tree (workers included) minus the driver
+    # after imports (before the dataset exists).
+    m["pss_growth_mb"] = (record["peak_pss"] - record["base_pss"]) / MB
     m["wait_p50_ms"] = _ms(result["wait_p50_s"])
     m["wait_p95_ms"] = _ms(result["wait_p95_s"])
     m["wait_p99_ms"] = _ms(result["wait_p99_s"])
@@ -626,6 +629,9 @@ def merge_runs(run_dirs: list[Path]) -> tuple[dict[str, Any], list[dict]]:
         for line in (d / "raw.jsonl").read_text().splitlines()
         if line.strip()
     ]
+    for record in records:  # runs recorded before a metric existed get it from their raw figures
+        if "metrics" in record and "peak_pss" in record and "base_pss" in record:
+            record["metrics"].setdefault("pss_growth_mb", (record["peak_pss"] - record["base_pss"]) / MB)
     meta = dict(metas[0])
     meta["runs"] = [{"run_id": m["run_id"], "command": m["command"], "args": m["args"]} for m in metas]
     meta["finished"] = metas[-1].get("finished", "?")
