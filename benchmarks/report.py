@@ -205,7 +205,12 @@ def _plots(summary: list[dict], out_dir: Path, preliminary: bool) -> list[Path]:
         axes.flat[0].legend(fontsize=8)
         suptitle = f"{dataset}: median of runs (bars: min-max)"
         if preliminary:
-            suptitle = "PRELIMINARY — A is a placeholder — " + suptitle
+            placeholder = any(r["placeholder"] for r in summary if r["loader"] == "A")
+            suptitle = (
+                "PRELIMINARY — "
+                + ("A is a placeholder — " if placeholder else "quick pass, noisy — ")
+                + suptitle
+            )
         fig.suptitle(suptitle, fontsize=12)
         fig.tight_layout()
         path = out_dir / f"{dataset}.png"
@@ -251,7 +256,10 @@ def write(
         ]
     runs = meta.get("runs") or [{"run_id": meta["run_id"], "command": meta["command"], "args": args}]
     walls = meta.get("matrix_wall_s_each") or [meta.get("matrix_wall_s")]
-    lines += [f"{meta['started']} to {meta.get('finished', '?')}; command(s), run from `/work/main`:", ""]
+    lines += [
+        f"{meta['started']} to {meta.get('finished', '?')}; command(s), run from `{meta.get('cwd', '/work/main')}`:",
+        "",
+    ]
     for run, wall in zip(runs, walls, strict=False):
         took = f" ({wall / 60:.1f} min)" if wall else ""
         lines += [f"Run `{run['run_id']}`{took}:", "", "```", run["command"], "```", ""]

@@ -757,6 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         "decode_limits": limits,
         "drivers": {k: {"name": v[0], "script": v[1], "python": str(v[2])} for k, v in LOADERS.items()},
         "started": dt.datetime.now().isoformat(timespec="seconds"),
+        "cwd": os.getcwd(),
     }
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     runs = plan(args, facts)
