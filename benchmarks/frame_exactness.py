@@ -109,9 +109,15 @@ def classify(
         dist_exact[j] = next(d for d, k in candidates if k == 0)
     values, counts = np.unique(offsets, return_counts=True)
     wrong = int((offsets != 0).sum())
+    by_episode: dict[int, list[int]] = {}
+    for row, offset in zip(episode_row, offsets, strict=True):
+        entry = by_episode.setdefault(int(row), [0, 0])
+        entry[0] += int(offset != 0)
+        entry[1] += 1
     return {
         "frames": len(offsets),
         "wrong": wrong,
+        "wrong_by_episode_row": {k: f"{w}/{n}" for k, (w, n) in sorted(by_episode.items())},
         "wrong_fraction": wrong / len(offsets) if len(offsets) else None,
         "offsets": {int(v): int(c) for v, c in zip(values, counts, strict=True)},
         "dist_exact_median": float(np.median(dist_exact)) if len(offsets) else None,
