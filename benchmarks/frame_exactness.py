@@ -43,6 +43,10 @@ import bench_data  # noqa: E402
 EPISODE_PYTHON = Path(os.environ.get("LRN_LEROBOT_EPISODE_PYTHON", "/work/lerobot-episode-venv/bin/python"))
 BLOCK = 8
 OFFSETS = range(-4, 5)
+# Picture type (I, P, B, ...) of every golden frame: camera -> (episode row, frame index) -> type.
+PICTURE_TYPES: dict[str, dict[tuple[int, int], str]] = {}
+# FFmpeg's AVPictureType values (PyAV 18 hands them over as plain ints).
+PICTURE_TYPE_NAMES = {0: "none", 1: "I", 2: "P", 3: "B", 4: "S", 5: "SI", 6: "SP", 7: "BI"}
 
 
 def thumbnail_chw(frame: np.ndarray) -> np.ndarray:
@@ -61,19 +65,25 @@ def golden(root: Path, info: dict, episodes: dict[str, list]) -> dict[str, np.nd
     out: dict[str, np.ndarray] = {}
     for camera in cameras:
         files: dict[tuple[int, int], dict[int, np.ndarray]] = {}
+        file_types: dict[tuple[int, int], dict[int, str]] = {}
         for i in range(n):
             key = (episodes[f"videos/{camera}/chunk_index"][i], episodes[f"videos/{camera}/file_index"][i])
             if key in files:
                 continue
             path = root / info["video_path"].format(video_key=camera, chunk_index=key[0], file_index=key[1])
             frames: dict[int, np.ndarray] = {}
+            types: dict[int, str] = {}
             with av.open(str(path)) as container:
                 stream = container.streams.video[0]
                 stream.thread_type = "AUTO"
                 for frame in container.decode(stream):
                     index = round(float(frame.pts * stream.time_base) * fps)
                     frames[index] = thumbnail_chw(frame.to_ndarray(format="rgb24").transpose(2, 0, 1))
+                    types[index] = PICTURE_TYPE_NAMES.get(
+                        int(frame.pict_type), getattr(frame.pict_type, "name", str(frame.pict_type))
+                    )
             files[key] = frames
+            file_types[key] = types
         first = next(iter(next(iter(files.values())).values()))
         table = np.full((n, longest, *first.shape), np.nan, dtype=np.float32)
         for i in range(n):
@@ -81,6 +91,7 @@ def golden(root: Path, info: dict, episodes: dict[str, list]) -> dict[str, np.nd
             start = round(episodes[f"videos/{camera}/from_timestamp"][i] * fps)
             for f in range(episodes["length"][i]):
                 table[i, f] = files[key][start + f]
+                PICTURE_TYPES.setdefault(camera, {})[(i, f)] = file_types[key][start + f]
         out[camera] = table
     return out
 
@@ -91,6 +102,7 @@ def classify(
     episode_row: np.ndarray,
     frame_index: np.ndarray,
     thumbs: np.ndarray,
+    types: dict[tuple[int, int], str] | None = None,
 ) -> dict[str, Any]:
     """Offset of the nearest golden frame for each returned frame."""
     offsets = np.zeros(len(frame_index), dtype=np.int64)
@@ -110,14 +122,19 @@ def classify(
     values, counts = np.unique(offsets, return_counts=True)
     wrong = int((offsets != 0).sum())
     by_episode: dict[int, list[int]] = {}
-    for row, offset in zip(episode_row, offsets, strict=True):
+    by_type: dict[str, dict[int, int]] = {}
+    for row, f, offset in zip(episode_row, frame_index, offsets, strict=True):
         entry = by_episode.setdefault(int(row), [0, 0])
         entry[0] += int(offset != 0)
         entry[1] += 1
+        if types is not None:
+            counts_of_type = by_type.setdefault(types[(int(row), int(f))], {})
+            counts_of_type[int(offset)] = counts_of_type.get(int(offset), 0) + 1
     return {
         "frames": len(offsets),
         "wrong": wrong,
         "wrong_by_episode_row": {k: f"{w}/{n}" for k, (w, n) in sorted(by_episode.items())},
+        "offsets_by_picture_type": {k: dict(sorted(v.items())) for k, v in sorted(by_type.items())},
         "wrong_fraction": wrong / len(offsets) if len(offsets) else None,
         "offsets": {int(v): int(c) for v, c in zip(values, counts, strict=True)},
         "dist_exact_median": float(np.median(dist_exact)) if len(offsets) else None,
@@ -161,7 +178,10 @@ def check_mapstyle(
             thumbs[camera].append(thumbnail_chw(item[camera].numpy()))
     rows_a, frames_a = np.asarray(rows), np.asarray(frames)
     return summarize(
-        {c: classify(tables[c], lengths, rows_a, frames_a, np.stack(thumbs[c])) for c in cameras}
+        {
+            c: classify(tables[c], lengths, rows_a, frames_a, np.stack(thumbs[c]), PICTURE_TYPES.get(c))
+            for c in cameras
+        }
     )
 
 
@@ -211,7 +231,14 @@ def check_d(
     result: dict[str, Any] = {"backend": backend, **run, "wall_s": time.perf_counter() - started}
     if len(frames_a):
         result.update(
-            summarize({c: classify(tables[c], lengths, rows_a, frames_a, data[f"thumb:{c}"]) for c in tables})
+            summarize(
+                {
+                    c: classify(
+                        tables[c], lengths, rows_a, frames_a, data[f"thumb:{c}"], PICTURE_TYPES.get(c)
+                    )
+                    for c in tables
+                }
+            )
         )
     if run.get("error"):
         result["stderr_tail"] = proc.stderr[-1500:]
