@@ -26,6 +26,23 @@ LARGE_RECIPE = {
 }
 LARGE_NAME = "gen-200ep-2cam-480x640-av1-g2-v1"
 
+# The long-GOP dataset (issue 12): H.264 as libx264 writes it by default (g=30, crf 23, preset
+# medium, B-frames: x264's default of up to 3), 3 cameras at 480x640, 6 episodes of 150 frames
+# (900 frames, 2,700 camera frames; 624 of each camera's 900 frames are B-frames, 33 key frames).
+# Writing it took 24 minutes on the shared machine at load average 10-17 (20 episodes would have
+# taken over an hour). Long GOPs with B-frames are where a loader's seek and frame-timing rules
+# show (decoded / delivered, wrong frames).
+LONG_GOP_RECIPE = {
+    "episode_lengths": [150] * 6,
+    "cameras": ["observation.images.top", "observation.images.wrist", "observation.images.side"],
+    "height": 480,
+    "width": 640,
+    "fps": 30,
+    "codec": "h264",
+    "seed": 0,
+}
+LONG_GOP_NAME = "gen-6ep-3cam-480x640-h264-g30-bf-v1"
+
 
 @dataclass(frozen=True)
 class BenchDataset:
@@ -47,24 +64,37 @@ def large_dataset_path() -> Path:
 
 def ensure_large_dataset(log=print) -> BenchDataset:
     """Return the generated dataset, writing it first if missing (about 10 minutes on 2 cores)."""
-    target = large_dataset_path()
+    return _ensure_generated(LARGE_NAME, LARGE_RECIPE, log)
+
+
+def long_gop_dataset_path() -> Path:
+    return BENCH_DATA / "datasets" / LONG_GOP_NAME
+
+
+def ensure_long_gop_dataset(log=print) -> BenchDataset:
+    """Return the long-GOP H.264 dataset, writing it first if missing (a few minutes on 2 cores)."""
+    return _ensure_generated(LONG_GOP_NAME, LONG_GOP_RECIPE, log)
+
+
+def _ensure_generated(name: str, recipe: dict, log) -> BenchDataset:
+    target = BENCH_DATA / "datasets" / name
     if (target / "meta" / "info.json").is_file():
-        return BenchDataset(LARGE_NAME, target)
+        return BenchDataset(name, target)
     from lerobot_nodes.testing import write_dataset
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{LARGE_NAME}-partial-"))
-    log(f"writing the generated benchmark dataset {target} ({LARGE_RECIPE}); this takes a while ...")
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{name}-partial-"))
+    log(f"writing the generated benchmark dataset {target} ({recipe}); this takes a while ...")
     start = time.perf_counter()
     try:
-        write_dataset(staging, **LARGE_RECIPE)  # type: ignore[arg-type]
-        (staging / "BENCH_RECIPE.json").write_text(json.dumps(LARGE_RECIPE, indent=2) + "\n")
+        write_dataset(staging, **recipe)  # type: ignore[arg-type]
+        (staging / "BENCH_RECIPE.json").write_text(json.dumps(recipe, indent=2) + "\n")
         staging.chmod(0o755)
         os.rename(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log(f"wrote {target} in {time.perf_counter() - start:.0f} s")
-    return BenchDataset(LARGE_NAME, target)
+    return BenchDataset(name, target)
 
 
 def dataset_files(root: Path) -> list[Path]:
@@ -85,7 +115,10 @@ def evict_from_page_cache(paths: list[Path]) -> None:
 
 
 if __name__ == "__main__":
-    print(ensure_large_dataset().root)
+    import sys
+
+    which = sys.argv[1] if len(sys.argv) > 1 else "large"
+    print((ensure_long_gop_dataset() if which == "long-gop" else ensure_large_dataset()).root)
 
 
 def resident_bytes(paths: list[Path]) -> int | None:

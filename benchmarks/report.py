@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-LOADER_ORDER = ("A", "B", "C")
-LOADER_COLORS = {"A": "#1f77b4", "B": "#ff7f0e", "C": "#2ca02c"}
+LOADER_ORDER = ("A", "B", "C", "D")
+LOADER_COLORS = {"A": "#1f77b4", "B": "#ff7f0e", "C": "#2ca02c", "D": "#d62728"}
 WINDOW_ORDER = ("none", "act", "diffusion")
 WINDOW_TEXT = {
     "none": "no window",
@@ -23,6 +23,7 @@ COLUMNS = [
     ("ttfb_s", "first batch s", "{:.2f}", "time to first batch (s)", True),
     ("peak_rss_mb", "peak RSS MB", "{:.0f}", "", True),
     ("peak_pss_mb", "peak PSS MB", "{:.0f}", "peak PSS, process + workers (MB)", True),
+    ("pss_growth_mb", "PSS growth MB", "{:.0f}", "", True),
     ("dataset_read_mb", "dataset read MB", "{:.1f}", "", True),
     (
         "dataset_read_per_payload",
@@ -204,7 +205,12 @@ def _plots(summary: list[dict], out_dir: Path, preliminary: bool) -> list[Path]:
         axes.flat[0].legend(fontsize=8)
         suptitle = f"{dataset}: median of runs (bars: min-max)"
         if preliminary:
-            suptitle = "PRELIMINARY — A is a placeholder — " + suptitle
+            placeholder = any(r["placeholder"] for r in summary if r["loader"] == "A")
+            suptitle = (
+                "PRELIMINARY — "
+                + ("A is a placeholder — " if placeholder else "quick pass, noisy — ")
+                + suptitle
+            )
         fig.suptitle(suptitle, fontsize=12)
         fig.tight_layout()
         path = out_dir / f"{dataset}.png"
@@ -214,10 +220,19 @@ def _plots(summary: list[dict], out_dir: Path, preliminary: bool) -> list[Path]:
     return written
 
 
-def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_dir: Path) -> Path:
+def write(
+    meta: dict[str, Any],
+    records: list[dict],
+    summary: list[dict],
+    bench_dir: Path,
+    filename: str = "RESULTS.md",
+) -> Path:
     _add_decode_fraction(summary, meta)
     preliminary = any(r["placeholder"] for r in summary if r["loader"] == "A") or meta["args"].get("quick")
-    plots = _plots(summary, bench_dir / "plots", preliminary)
+    # RESULTS.md keeps its plots in plots/; any other page gets plots/<page stem>/ so it never
+    # overwrites the main page's figures.
+    plot_dir = Path("plots") if filename == "RESULTS.md" else Path("plots") / Path(filename).stem
+    plots = _plots(summary, bench_dir / plot_dir, preliminary)
     args = meta["args"]
     machine = meta["machine"]
     lines: list[str] = ["# Benchmark results", ""]
@@ -241,14 +256,24 @@ def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_
         ]
     runs = meta.get("runs") or [{"run_id": meta["run_id"], "command": meta["command"], "args": args}]
     walls = meta.get("matrix_wall_s_each") or [meta.get("matrix_wall_s")]
-    lines += [f"{meta['started']} to {meta.get('finished', '?')}; command(s), run from `/work/main`:", ""]
+    lines += [
+        f"{meta['started']} to {meta.get('finished', '?')}; command(s), run from `{meta.get('cwd', '/work/main')}`:",
+        "",
+    ]
     for run, wall in zip(runs, walls, strict=False):
         took = f" ({wall / 60:.1f} min)" if wall else ""
         lines += [f"Run `{run['run_id']}`{took}:", "", "```", run["command"], "```", ""]
     lines += [
         f"Loaders: A = {meta['drivers']['A']['name']} (`benchmarks/drivers/{meta['drivers']['A']['script']}`, "
         f"`{meta['drivers']['A']['python']}`), B = {meta['drivers']['B']['name']}, C = {meta['drivers']['C']['name']} "
-        f"(B and C under `{meta['drivers']['B']['python']}`). Labels reported by the drivers:",
+        f"(B and C under `{meta['drivers']['B']['python']}`)"
+        + (
+            f", D = {meta['drivers']['D']['name']} (`benchmarks/drivers/{meta['drivers']['D']['script']}`, "
+            f"`{meta['drivers']['D']['python']}`)"
+            if "D" in meta["drivers"]
+            else ""
+        )
+        + ". Labels reported by the drivers:",
         "",
     ]
     for loader in LOADER_ORDER:
@@ -305,7 +330,8 @@ def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_
         "",
         "Medians over repetitions. samples/s is steady state (batches 2..N over the time from batch 1 to N); "
         "first batch is measured from just before the dataset is constructed. Memory is summed over the "
-        "loader process and its DataLoader workers (RSS double counts shared pages, PSS does not). "
+        "loader process and its DataLoader workers (RSS double counts shared pages, PSS does not); "
+        "`PSS growth` is that peak minus the driver's PSS after its imports, before the dataset exists. "
         "`dataset read` is what the run read from storage of the dataset's files (plus LeRobot's HF "
         "`datasets` Arrow cache, for B): their bytes in the page cache after the run, the files having "
         "been evicted before it (`fincore`; readahead included, library loading of spawned workers "
@@ -328,9 +354,9 @@ def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_
         if not rows:
             continue
         lines += [f"### {dataset}", "", *_table(rows), ""]
-        plot = bench_dir / "plots" / f"{dataset}.png"
+        plot = bench_dir / plot_dir / f"{dataset}.png"
         if plot in plots:
-            lines += [f"![{dataset}](plots/{plot.name})", ""]
+            lines += [f"![{dataset}]({(plot_dir / plot.name).as_posix()})", ""]
     epoch_rows = _sorted([r for r in summary if r["mode"] == "epoch"])
     if epoch_rows:
         lines += [
@@ -393,6 +419,13 @@ def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_
         f"- kernel: {machine['kernel']}",
         f"- project venv (`{meta['drivers']['A']['python']}`): {machine['project_env']}",
         f"- LeRobot venv (`{meta['drivers']['B']['python']}`): {machine['lerobot_env']}",
+        *(
+            [
+                f"- LeRobot episode-streaming venv (`{meta['drivers']['D']['python']}`): {machine['lerobot_episode_env']}"
+            ]
+            if "lerobot_episode_env" in machine
+            else []
+        ),
         f"- system FFmpeg (torchcodec): {' '.join(machine['ffmpeg'])}",
         "",
         "Raw per-run records: `raw.jsonl` and `meta.json` in "
@@ -403,6 +436,6 @@ def write(meta: dict[str, Any], records: list[dict], summary: list[dict], bench_
         + "`.",
         "",
     ]
-    out = bench_dir / "RESULTS.md"
+    out = bench_dir / filename
     out.write_text("\n".join(lines))
     return out

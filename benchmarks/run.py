@@ -1,4 +1,4 @@
-"""Benchmark harness: this project's loader (A) side by side with LeRobot's own loaders (B, C).
+"""Benchmark harness: this project's loader (A) side by side with LeRobot's own loaders (B, C, D).
 
     /work/venv/bin/python benchmarks/run.py            # full matrix (see README for the time it takes)
     /work/venv/bin/python benchmarks/run.py --quick    # small pass proving the harness end to end
@@ -8,10 +8,13 @@ Loaders (each run is a separate subprocess, so imports, workers and memory are m
 * A: ``lerobot_nodes`` through ``drivers/lerobot_nodes_driver.py`` (its ``IMPLEMENTATION`` line
   says whether it is the streaming dataset or the map-style placeholder), under ``/work/venv``;
 * B: LeRobot 0.6.1 ``LeRobotDataset`` (map-style, PyAV backend, ``return_uint8``) + ``DataLoader``;
-* C: LeRobot 0.6.1 ``StreamingLeRobotDataset`` + ``DataLoader``; B and C under ``/work/lerobot-venv``.
+* C: LeRobot 0.6.1 ``StreamingLeRobotDataset`` + ``DataLoader``; B and C under ``/work/lerobot-venv``;
+* D: LeRobot's episode streaming (branch ``codex/episode-video-streaming-byte-cache``):
+  ``StreamingLeRobotDataset(..., repeat=True)`` + ``DataLoader(num_workers=min(workers, 1))`` as that
+  branch's ``lerobot-train`` builds it, under ``/work/lerobot-episode-venv``.
 
 For every repetition the harness walks all configurations and, inside each configuration, runs
-A, B and C back to back (the order rotates per repetition), so machine noise hits all alike.
+the selected loaders back to back (the order rotates per repetition), so machine noise hits all alike.
 Before each run the dataset files (and LeRobot's HF ``datasets`` cache) are evicted from the page
 cache, so ``read_bytes`` counts real storage reads. One unmeasured warm-up run per dataset and
 loader first builds whatever each loader caches on first open (HF Arrow cache, sidecars).
@@ -55,6 +58,7 @@ import bench_data  # noqa: E402
 
 PROJECT_PYTHON = Path(os.environ.get("LRN_PROJECT_PYTHON", "/work/venv/bin/python"))
 LEROBOT_PYTHON = Path(os.environ.get("LRN_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python"))
+EPISODE_PYTHON = Path(os.environ.get("LRN_LEROBOT_EPISODE_PYTHON", "/work/lerobot-episode-venv/bin/python"))
 RESULTS_DIR = bench_data.BENCH_DATA / "results"
 BUILD_DIR = bench_data.BENCH_DATA / "build"
 HF_HOME = bench_data.BENCH_DATA / "hf-home"
@@ -63,7 +67,9 @@ LOADERS = {
     "A": ("lerobot_nodes", "lerobot_nodes_driver.py", PROJECT_PYTHON),
     "B": ("LeRobot map-style", "lerobot_mapstyle_driver.py", LEROBOT_PYTHON),
     "C": ("LeRobot streaming", "lerobot_streaming_driver.py", LEROBOT_PYTHON),
+    "D": ("LeRobot episode streaming (branch)", "lerobot_episode_streaming_driver.py", EPISODE_PYTHON),
 }
+DATASET_CHOICES = ("small", "large", "long-gop")
 WINDOWS = ("none", "act", "diffusion")
 # Diffusion Policy drops the last 7 frames of each episode from its sampler (LeRobot's
 # ``drop_n_last_frames``); ACT and "no window" drop none. Only B has a sampler that takes it.
@@ -110,6 +116,11 @@ def machine_description() -> dict[str, Any]:
         "lerobot_env": python_versions(
             LEROBOT_PYTHON, ["torch", "torchvision", "torchcodec", "av", "datasets", "pyarrow", "lerobot"]
         ),
+        "lerobot_episode_env": python_versions(
+            EPISODE_PYTHON, ["torch", "torchvision", "torchcodec", "av", "datasets", "pyarrow", "lerobot"]
+        )
+        if EPISODE_PYTHON.exists()
+        else "(not set up)",
         "ffmpeg": command_output(["ffmpeg", "-hide_banner", "-version"]).splitlines()[:1],
     }
 
@@ -497,6 +508,9 @@ def derive(record: dict, facts: DatasetFacts) -> None:
     m["peak_rss_mb"] = record["peak_rss"] / MB
     m["peak_pss_mb"] = record["peak_pss"] / MB
     m["base_pss_mb"] = record["base_pss"] / MB
+    # What the loader adds beyond its imports: peak of the tree (workers included) minus the driver
+    # after imports (before the dataset exists).
+    m["pss_growth_mb"] = (record["peak_pss"] - record["base_pss"]) / MB
     m["wait_p50_ms"] = _ms(result["wait_p50_s"])
     m["wait_p95_ms"] = _ms(result["wait_p95_s"])
     m["wait_p99_ms"] = _ms(result["wait_p99_s"])
@@ -615,6 +629,9 @@ def merge_runs(run_dirs: list[Path]) -> tuple[dict[str, Any], list[dict]]:
         for line in (d / "raw.jsonl").read_text().splitlines()
         if line.strip()
     ]
+    for record in records:  # runs recorded before a metric existed get it from their raw figures
+        if "metrics" in record and "peak_pss" in record and "base_pss" in record:
+            record["metrics"].setdefault("pss_growth_mb", (record["peak_pss"] - record["base_pss"]) / MB)
     meta = dict(metas[0])
     meta["runs"] = [{"run_id": m["run_id"], "command": m["command"], "args": m["args"]} for m in metas]
     meta["finished"] = metas[-1].get("finished", "?")
@@ -635,10 +652,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="proof pass: small dataset only, 1 repetition, few batches, no epoch check",
     )
-    parser.add_argument("--datasets", nargs="+", default=["small", "large"], choices=["small", "large"])
+    parser.add_argument(
+        "--datasets",
+        nargs="+",
+        default=["small", "large"],
+        choices=DATASET_CHOICES,
+        help="small, large (generated AV1), long-gop (generated H.264 g=30 with B-frames, 3 cameras)",
+    )
     parser.add_argument("--windows", nargs="+", default=list(WINDOWS), choices=WINDOWS)
     parser.add_argument("--workers", nargs="+", type=int, default=[0, 2])
-    parser.add_argument("--loaders", nargs="+", default=["A", "B", "C"], choices=sorted(LOADERS))
+    parser.add_argument(
+        "--loaders", nargs="+", default=["A", "B", "C"], choices=sorted(LOADERS), help="A B C (default), D"
+    )
     parser.add_argument(
         "--runs", type=int, help="repetitions per configuration, median reported (3; quick: 1)"
     )
@@ -671,6 +696,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redo-decode-limit", action="store_true")
     parser.add_argument("--no-warmup", action="store_true")
     parser.add_argument(
+        "--report-out",
+        type=Path,
+        help="write the report to this Markdown file (plots beside it under plots/) instead of "
+        "benchmarks/RESULTS.md and benchmarks/plots/",
+    )
+    parser.add_argument(
         "--report-only",
         type=Path,
         nargs="+",
@@ -691,14 +722,18 @@ def main(argv: list[str] | None = None) -> int:
 
     import report  # local module; imported late so --help stays cheap
 
+    report_path = args.report_out.resolve() if args.report_out else HERE / "RESULTS.md"
     if args.report_only:
         meta, records = merge_runs(args.report_only)
-        report.write(meta, records, summarize(records), HERE)
+        report.write(meta, records, summarize(records), report_path.parent, report_path.name)
         return 0
 
-    for python in (PROJECT_PYTHON, LEROBOT_PYTHON):
+    for python in sorted({LOADERS[loader][2] for loader in args.loaders} | {PROJECT_PYTHON}):
         if not python.exists():
-            raise SystemExit(f"{python} is missing; see benchmarks/README.md (setup_lerobot_env.sh)")
+            raise SystemExit(
+                f"{python} is missing; see benchmarks/README.md (setup_lerobot_env.sh; loader D: "
+                "'Setting up loader D')"
+            )
     run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
     run_dir = RESULTS_DIR / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -709,6 +744,8 @@ def main(argv: list[str] | None = None) -> int:
         datasets.append(bench_data.small_dataset())
     if "large" in args.datasets:
         datasets.append(bench_data.ensure_large_dataset(log))
+    if "long-gop" in args.datasets:
+        datasets.append(bench_data.ensure_long_gop_dataset(log))
     facts = [payload_of(d) for d in datasets]
     limits = {f.name: decode_limit(f, args.decode_seconds, args.redo_decode_limit) for f in facts}
     meta = {
@@ -720,6 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         "decode_limits": limits,
         "drivers": {k: {"name": v[0], "script": v[1], "python": str(v[2])} for k, v in LOADERS.items()},
         "started": dt.datetime.now().isoformat(timespec="seconds"),
+        "cwd": os.getcwd(),
     }
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     runs = plan(args, facts)
@@ -753,9 +791,10 @@ def main(argv: list[str] | None = None) -> int:
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     summary = summarize(records)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    report.write(meta, records, summary, HERE)
-    shutil.copy(run_dir / "summary.json", HERE / "results-summary.json")
-    log(f"done in {meta['matrix_wall_s'] / 60:.1f} min; wrote {HERE / 'RESULTS.md'}")
+    report.write(meta, records, summary, report_path.parent, report_path.name)
+    if args.report_out is None:
+        shutil.copy(run_dir / "summary.json", HERE / "results-summary.json")
+    log(f"done in {meta['matrix_wall_s'] / 60:.1f} min; wrote {report_path}")
     return 0
 
 

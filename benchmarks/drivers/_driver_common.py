@@ -87,8 +87,20 @@ def read_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def read_cpu_with_reaped(pid: int) -> float | None:
+    """CPU seconds of ``pid`` plus those of its children that exited and were waited for."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / CLOCK_TICKS
+
+
 def tree_cpu(root: int) -> float:
-    return sum(cpu for cpu in (read_cpu(pid) for pid in process_tree(root)) if cpu is not None)
+    """CPU seconds of the live tree, plus those of its processes that already exited and were reaped
+    (a loader's short-lived helpers would otherwise take their CPU time with them)."""
+    return sum(cpu for cpu in (read_cpu_with_reaped(pid) for pid in process_tree(root)) if cpu is not None)
 
 
 def tree_io(root: int) -> dict[str, int]:
