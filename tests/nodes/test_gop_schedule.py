@@ -4,6 +4,7 @@ position, a bounded decoded-frame budget; coverage, determinism, resume and exac
 from __future__ import annotations
 
 import itertools
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -74,8 +75,20 @@ def test_gop_runs_are_ascending_key_frame_aligned_runs_in_a_seeded_order():
     every = {tuple(runs[a] + runs[b] + runs[c]) for a, b, c in itertools.permutations(range(3))}
     assert orders <= every and len(orders) > 1  # whole runs, ascending, in a seeded order
     assert frame_order(7, 0, 3, 75, run_starts=starts).tolist() == frame_order(7, 0, 3, 75, run_starts=starts).tolist()
-    # The union over cameras: a run lies in one GOP of every camera.
-    assert gop_run_starts([np.array([0, 10]), np.array([0, 15])], lookback=0).tolist() == [10, 15]
+    # A camera's GOP start is a run start only where no camera is mid-GOP (more than the skew).
+    assert gop_run_starts([np.array([0, 10]), np.array([0, 15])], lookback=0).tolist() == []
+    assert gop_run_starts([np.array([0, 10]), np.array([0, 15])], lookback=0, max_skew=5).tolist() == [15]
+
+
+def test_gop_starts_shifted_by_scene_cuts_keep_the_later_start_and_no_mid_gop_one():
+    """x264 scene cuts shift one camera's GOPs by a frame or two (the benchmark's 3 cameras):
+    the union of every camera's starts would make 1-frame runs whose start is mid-GOP for the
+    other cameras, each costing them most of a GOP decoded and not delivered."""
+    cameras = [np.array([0, 29, 59, 88, 116, 146]), np.array([0, 29, 58, 87, 105, 134]), np.array([0, 30, 59, 88, 117, 146])]
+    assert gop_run_starts(cameras, lookback=0).tolist() == [30, 59, 88]
+    assert gop_run_starts(cameras, lookback=2).tolist() == [32, 61, 90]
+    aligned = [np.arange(0, 150, 30)] * 3
+    assert gop_run_starts(aligned, lookback=0).tolist() == [30, 60, 90, 120]
 
 
 @pytest.mark.parametrize("length", [1, 2, 7, 30, 31])
@@ -165,6 +178,38 @@ def test_decoded_per_delivered_frame_is_at_most_1_3_and_samples_are_exact(codec,
     if codec == "h264_g30" and window == "act":
         _, before = _epoch(root, StreamingConfig(**{**CONFIG.as_dict(), "streaming_gop_runs": False}), delta_timestamps=delta)
         assert before["frames_decoded"] / before["frames_delivered"] > 3 * ratio
+
+
+@pytest.fixture(scope="module")
+def h264_shifted_gops(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three H.264 cameras (B-frames), two with GOP 30 and one with GOP 29: GOP starts one to
+    four frames apart, as x264 scene-cut key frames leave them (the long-GOP benchmark dataset)."""
+    base = tmp_path_factory.mktemp("shifted-gops")
+    settings = dict(episode_lengths=[90, 120, 75], cameras=THREE_CAMERAS, codec="h264", seed=5)
+    root = write_dataset(base / "g30", gop=30, **settings)  # type: ignore[arg-type]
+    other = write_dataset(base / "g29", gop=29, **settings)  # type: ignore[arg-type]
+    shifted = Path("videos") / THREE_CAMERAS[2]
+    shutil.rmtree(root / shifted)
+    shutil.copytree(other / shifted, root / shifted)
+    return root
+
+
+THREE_CAMERAS = ("observation.images.top", "observation.images.wrist", "observation.images.side")
+ACT_THREE = {"action": [i / 30 for i in range(50)], **{camera: [0.0] for camera in THREE_CAMERAS}}
+
+
+@pytest.mark.timeout(300)
+def test_cameras_with_shifted_gops_decode_at_most_1_3_per_delivered_and_stay_exact(h264_shifted_gops):
+    """Runs started at every camera's GOP starts (their union) decoded 1.58 frames per delivered frame here."""
+    root = h264_shifted_gops
+    one_thread = StreamingConfig(**{**CONFIG.as_dict(), "streaming_decode_threads": 1})  # the same decode order every run
+    samples, totals = _epoch(root, one_thread, delta_timestamps=ACT_THREE)
+    reference = MapStyleLeRobotDataset(root=root, delta_timestamps=ACT_THREE, return_uint8=True)
+    assert sorted(int(s["index"]) for s in samples) == list(range(len(reference)))
+    for position, sample in enumerate(samples):
+        assert_samples_equal(reference[int(sample["index"])], sample, f"sample {position}")
+    ratio = totals["frames_decoded"] / totals["frames_delivered"]
+    assert ratio <= 1.3, f"{totals['frames_decoded']:.0f} decoded for {totals['frames_delivered']:.0f}"
 
 
 @pytest.mark.timeout(300)

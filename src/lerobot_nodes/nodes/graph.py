@@ -29,7 +29,7 @@ from .decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, ap
 from .episode_fetch import EpisodeFetcher, VideoIndexProvider, default_index_provider, preferring_opened
 from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
-from .pool_sampler import EpisodePoolSampler, gop_run_starts
+from .pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
 from .prefetcher import BytePrefetcher
 from .sharder import RankWorkerSharder
 
@@ -135,7 +135,7 @@ def anchor_runs(
     def run_starts(episode: int) -> Any:
         return gop_run_starts(gop_starts(episode), lookback)
 
-    return run_starts, f"gop-lookback-{lookback}"
+    return run_starts, f"gop-skew-{GOP_SKEW_FRAMES}-lookback-{lookback}"
 
 
 def schedule_sampler(

@@ -80,16 +80,37 @@ def frame_order(
     return np.concatenate([np.arange(bounds[r], bounds[r + 1], dtype=np.int64) for r in runs])
 
 
-def gop_run_starts(gop_starts: Sequence[Sequence[int] | np.ndarray], lookback: int) -> np.ndarray:
+GOP_SKEW_FRAMES = 3
+"""Frames a run may start after the GOP start of a camera whose GOPs are not aligned with the
+others' (x264 scene-cut key frames shift one camera's GOPs by a frame or two): the camera then
+decodes those few frames again, instead of most of a GOP at a start that is mid-GOP for it."""
+
+
+def gop_run_starts(
+    gop_starts: Sequence[Sequence[int] | np.ndarray], lookback: int, max_skew: int = GOP_SKEW_FRAMES
+) -> np.ndarray:
     """Run starts for :func:`frame_order` from each camera's GOP starts (episode frames).
 
-    The union over cameras (a run then lies in one GOP of every camera), each shifted by
+    A run's first anchor makes every camera's decoder restart at that camera's last GOP start
+    at or before it, and decode from there (the rest of a run, and frames past a GOP end, are
+    decoded forward). A GOP start of any camera is a run start only when it is at most
+    ``max_skew`` frames after the last GOP start of every camera: with cameras whose GOPs are
+    aligned, every GOP start; where one camera's GOPs are shifted (scene-cut key frames), the
+    later of nearly coincident starts, and none that is mid-GOP for a camera (each such start
+    cost that camera up to a GOP of frames decoded and not delivered). Each start is shifted by
     ``lookback``, the frames of history a camera window reads before its anchor: the first
-    anchor of a run then reads its window from the GOP it starts, and the run's last anchors
+    anchor of a run then reads its window from the GOPs it starts, and the run's last anchors
     read into the next GOP by decoding forward, never back.
     """
-    merged = np.unique(np.concatenate([np.asarray(s, dtype=np.int64) for s in gop_starts] or [np.zeros(0, np.int64)]))
-    return merged[merged > 0] + max(0, int(lookback))
+    cameras = [np.unique(np.asarray(s, dtype=np.int64)) for s in gop_starts]
+    merged = np.unique(np.concatenate(cameras or [np.zeros(0, np.int64)]))
+    merged = merged[merged > 0]
+    keep = np.ones(len(merged), dtype=bool)
+    for starts in cameras:
+        starts = np.union1d(starts, [0])
+        last = starts[np.searchsorted(starts, merged, side="right") - 1]
+        keep &= merged - last <= max(0, int(max_skew))
+    return merged[keep] + max(0, int(lookback))
 
 
 class EpisodePoolSampler(BaseNode[ScheduleItem]):
