@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from lerobot_nodes.errors import FrameTimestampError, VideoDecodeError, VideoIndexError
@@ -103,7 +103,16 @@ def test_mutated_multi_episode_file(multi_episode):
     _check_mutations_of(multi_episode["h264"].path)
 
 
-def _check_mutations_of(path):
+@pytest.mark.timeout(300)
+def test_a_codec_dropping_a_frame_raises_instead_of_looping(videos, multi_episode):
+    """Hypothesis seed 5 (hypothesis 6.170) found a clip whose codec never outputs a wanted frame:
+    the decoder drained at the clean cut after it, went back to its key frame, and drained again,
+    forever (the test stalled instead of failing). Now the frame is a clean VideoDecodeError."""
+    for path in (*(videos[v] for v in ("av1_faststart", "h264", "h264_starts_at_7")), multi_episode["h264"].path):
+        _check_mutations_of(path, fixed_seed=5)
+
+
+def _check_mutations_of(path, fixed_seed=None):
     """Hypothesis-mutated copies of ``path`` index, plan and decode cleanly or raise clean errors."""
     data = path.read_bytes()
 
@@ -112,6 +121,8 @@ def _check_mutations_of(path):
     def check(mutation: Mutation, span_seed: float) -> None:
         _exercise(mutation.apply(data), span_seed)
 
+    if fixed_seed is not None:
+        check = seed(fixed_seed)(check)
     check()
 
 

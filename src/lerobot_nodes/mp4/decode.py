@@ -336,11 +336,21 @@ class ClipDecoder:
         )
         if not resumable:
             self._restart(key)
+        # Each step sends one packet, drains or restarts: on any clip that would be fewer than
+        # three passes over it. More means corrupt samples keep the frame from coming: stop.
+        steps_left = 3 * (len(self._sizes) + 2)
         while pts not in found:
+            steps_left -= 1
+            if steps_left < 0:
+                raise self._no_frame_error(pts)
             if self._drained and self._next_sample < len(self._sizes):
-                # Drained at a clean cut: everything presented before it was output, so the
-                # frame is at or after the cut and decoding goes on from there, nothing lost.
+                # Drained at a clean cut: everything presented before it was output.
                 cut = self._next_sample
+                if sample < cut:
+                    # ... this frame too, unless the codec dropped it: decoding it again from
+                    # its key frame would only drain at this cut again (corrupt samples).
+                    raise self._no_frame_error(pts)
+                # The frame is at or after the cut: decoding goes on from there, nothing lost.
                 if key <= cut and pts >= self._pts[cut]:
                     self._restart(cut, seek=False)  # not a seek: decoding goes on where it stopped
                 else:
@@ -358,12 +368,15 @@ class ClipDecoder:
                 frames = self._send(None)
                 self._drained = True
             else:
-                raise VideoDecodeError(
-                    f"{self._where}: the decoder produced no frame at pts {pts} "
-                    f"({pts / self.timescale:.6f} s); the clip's samples are corrupt or incomplete"
-                )
+                raise self._no_frame_error(pts)
             for frame in frames:
                 self._accept(frame, wanted, found)
+
+    def _no_frame_error(self, pts: int) -> VideoDecodeError:
+        return VideoDecodeError(
+            f"{self._where}: the decoder produced no frame at pts {pts} "
+            f"({pts / self.timescale:.6f} s); the clip's samples are corrupt or incomplete"
+        )
 
     def _restart(self, key: int, seek: bool = True) -> None:
         if self._context is None:
