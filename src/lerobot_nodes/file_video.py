@@ -46,17 +46,10 @@ def _reformat_takes_threads() -> bool:
     return True
 
 
-_ONE_SWSCALE_THREAD = _reformat_takes_threads()
+ONE_SWSCALE_THREAD = _reformat_takes_threads()
 """One swscale thread where PyAV lets us choose (17+: its default is one per core, which
 oversubscribes the cores when several decode threads convert at once); before 17 PyAV's
 conversion takes no ``threads`` and runs in one swscale thread of its own. Same pixels either way."""
-
-
-def rgb24(frame: av.VideoFrame) -> np.ndarray:
-    """``frame`` as RGB ``(H, W, 3)`` uint8, as LeRobot's ``frame.to_ndarray(format="rgb24")``."""
-    if _ONE_SWSCALE_THREAD:
-        return frame.to_ndarray(format="rgb24", threads=1)
-    return frame.to_ndarray(format="rgb24")
 
 
 def frames_to_tensor(arrays: list[np.ndarray], return_uint8: bool) -> torch.Tensor:

@@ -4,9 +4,9 @@
 decoder FFmpeg itself picks for the stream, ``thread_count=1``, the ``av1C``/``avcC``/``hvcC``
 payload as extradata). Packets carry source-timeline pts/dts, so decoded ``frame.pts`` are
 source presentation times and frames are matched to queries by pts, never by output position.
-RGB conversion is ``frame.to_ndarray(format="rgb24")`` then CHW, as LeRobot's PyAV backend
-and :class:`~lerobot_nodes.MapStyleLeRobotDataset` do (with one swscale thread, which gives the
-same pixels). A depth camera's decoder (``depth=True``) returns the frames' 12-bit ``gray12le``
+RGB frames have the values of ``frame.to_ndarray(format="rgb24")`` then CHW, as LeRobot's
+PyAV backend and :class:`~lerobot_nodes.MapStyleLeRobotDataset` return them, converted by one
+:class:`~lerobot_nodes.mp4.rgb.RgbConverter` per decoder (planar RGB, one swscale context). A depth camera's decoder (``depth=True``) returns the frames' 12-bit ``gray12le``
 codes instead, ``(T, 1, H, W)`` uint16, as LeRobot does before dequantising them
 (:mod:`lerobot_nodes.depth`).
 
@@ -38,9 +38,10 @@ from av.video.codeccontext import VideoCodecContext
 
 from ..depth import codes_to_tensor, depth_codes
 from ..errors import VideoDecodeError, VideoIndexError
-from ..file_video import rgb24, tolerance_error
+from ..file_video import tolerance_error
 from .clip import ClipOrigin, materialize_clip, read_clip
 from .plan import ClipPlan
+from .rgb import RgbConverter
 
 DEFAULT_FRAME_CACHE_SIZE = 8
 """Decoded frames one :class:`ClipDecoder` keeps at most for repeated or overlapping queries:
@@ -149,7 +150,7 @@ def decoder_name(codec: str) -> str:
 
 
 class _CachedFrame:
-    """A decoded frame, converted on first use (RGB, or depth codes; the decoder buffer is released then)."""
+    """A decoded frame, converted on first use (RGB ``(3, H, W)``, or depth codes; the decoder buffer is released then)."""
 
     __slots__ = ("frame", "array")
 
@@ -157,10 +158,10 @@ class _CachedFrame:
         self.frame: av.VideoFrame | None = frame
         self.array: np.ndarray | None = None
 
-    def convert(self, depth: bool) -> np.ndarray:
+    def convert(self, depth: bool, to_rgb: RgbConverter) -> np.ndarray:
         if self.array is None:
             assert self.frame is not None
-            self.array = depth_codes(self.frame) if depth else rgb24(self.frame)
+            self.array = depth_codes(self.frame) if depth else to_rgb(self.frame)
             self.frame = None
         return self.array
 
@@ -219,6 +220,7 @@ class ClipDecoder:
         weakref.finalize(self, self._budget.forget, self._owner)
         self._clean_cuts = _clean_cuts(self._pts) & np.append(index.keyframes, False)
         self._lock = threading.Lock()
+        self._to_rgb = RgbConverter()
         self._context: VideoCodecContext | None = None
         self._next_sample = 0
         self._valid_from_pts = 0
@@ -287,7 +289,7 @@ class ClipDecoder:
                     found[pts] = cached
                     continue
                 self._decode_until(sample, wanted, found)
-            arrays = [found[int(self._pts[sample])].convert(self.depth) for sample in samples]
+            arrays = [found[int(self._pts[sample])].convert(self.depth, self._to_rgb) for sample in samples]
         return codes_to_tensor(arrays) if self.depth else frames_to_tensor(arrays, return_uint8)
 
     def close(self) -> None:
@@ -418,7 +420,7 @@ class ClipDecoder:
         entry = _CachedFrame(frame)
         charge = frame_charge(frame)
         if pts in wanted:
-            entry.convert(bool(self.depth))
+            entry.convert(bool(self.depth), self._to_rgb)
             found[pts] = entry
         self._budget.put(self._owner, pts, entry, charge, self._frame_cache_size)
 
@@ -441,13 +443,13 @@ def _clean_cuts(pts: np.ndarray) -> np.ndarray:
 
 
 def frames_to_tensor(arrays: list[np.ndarray], return_uint8: bool) -> torch.Tensor:
-    """Stack RGB ``(H, W, 3)`` arrays into ``(T, 3, H, W)``: uint8, or float32 ``uint8 / 255``.
+    """Stack RGB ``(3, H, W)`` arrays into ``(T, 3, H, W)``: uint8, or float32 ``uint8 / 255``.
 
-    The layout change and division run in numpy on the calling thread: torch's intra-op
-    threads would compete with other decode threads for the same cores. The values equal
-    ``torch_uint8.float() / 255`` bit for bit (both divide correctly rounded in float32).
+    The division runs in numpy on the calling thread: torch's intra-op threads would compete
+    with other decode threads for the same cores. The values equal ``torch_uint8.float() / 255``
+    bit for bit (both divide correctly rounded in float32).
     """
-    chw = np.ascontiguousarray(np.stack(arrays).transpose(0, 3, 1, 2))
+    chw = np.stack(arrays)  # a copy: the arrays stay in the decoded-frame cache
     if return_uint8:
         return torch.from_numpy(chw)
     return torch.from_numpy(np.divide(chw, np.float32(255), dtype=np.float32))
