@@ -2,9 +2,11 @@
 
 The adapter has two implementations; ``IMPLEMENTATION`` picks one:
 
-* ``"streaming"``: ``lerobot_nodes.StreamingLeRobotDataset`` (issue 6) + ``StatefulDataLoader``,
-  configured as ``--dataset.streaming=true`` training would (``max_num_shards`` from
-  ``num_workers``, ``seed``, ``return_uint8=True``, default ``StreamingConfig``);
+* ``"streaming"``: ``lerobot_nodes.StreamingLeRobotDataset`` + ``streaming_dataloader`` (a
+  ``StatefulDataLoader``), configured as ``lerobot-nodes train --dataset.streaming=true`` builds
+  it (``max_num_shards`` from ``num_workers``, ``seed``, ``return_uint8=True``, default
+  ``StreamingConfig``; batches assembled in the workers; workers from the package's
+  forkserver, ``--mp-context`` applies to the other loaders only);
 * ``"map_style_placeholder"``: ``lerobot_nodes.MapStyleLeRobotDataset`` + ``DataLoader`` with a
   seeded shuffle. A PLACEHOLDER, used only until the streaming dataset lands: it is this
   project's ``--dataset.streaming=false`` path, not what issue 7 measures. Every result it
@@ -23,7 +25,6 @@ from typing import Any
 
 import _driver_common as common
 import torch
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lerobot_nodes import MapStyleLeRobotDataset
 
@@ -31,9 +32,12 @@ IMPLEMENTATION = "streaming"
 
 
 def build_streaming(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from lerobot_nodes import StreamingConfig, StreamingLeRobotDataset
+    from lerobot_nodes import StreamingConfig, StreamingLeRobotDataset, streaming_dataloader
+    from lerobot_nodes.dataset import start_worker_context
 
     torch.manual_seed(config["seed"])
+    if config["num_workers"] > 0:
+        start_worker_context()  # as lerobot-nodes train and stream do before building the dataset
     # --dataset.streaming_* flags of a benchmark (bench_remote.py's HTTP flags), defaults otherwise.
     flags = json.loads(os.environ.get("LEROBOT_NODES_BENCH_FLAGS") or "{}")
     dataset = StreamingLeRobotDataset(
@@ -46,16 +50,14 @@ def build_streaming(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         return_uint8=True,
         config=StreamingConfig(**flags),
     )
-    loader = StatefulDataLoader(
+    loader = streaming_dataloader(
         dataset,
-        num_workers=config["num_workers"],
-        batch_size=config["batch_size"],
-        shuffle=False,
+        config["batch_size"],
+        config["num_workers"],
         pin_memory=False,
-        drop_last=False,
-        **common.worker_kwargs(config),
+        **({"prefetch_factor": config["prefetch_factor"]} if config["num_workers"] > 0 else {}),
     )
-    info = {"label": "lerobot_nodes StreamingLeRobotDataset + StatefulDataLoader", "placeholder": False}
+    info = {"label": "lerobot_nodes StreamingLeRobotDataset + streaming_dataloader", "placeholder": False}
     return loader, info
 
 

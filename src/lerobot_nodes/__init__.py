@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._version import __version__ as __version__
 from .config import StreamingConfig
-from .dataset import StreamingLeRobotDataset, streaming_dataloader
+from .dataset import StreamingLeRobotDataset, loader_batch_size, streaming_dataloader
 from .errors import (
     ByteBudgetError,
     ConfigError,
@@ -71,6 +71,7 @@ __all__ = [
     "VideoDecodeError",
     "VideoIndexError",
     "load_meta",
+    "loader_batch_size",
     "open_source",
     "select_episodes",
     "streaming_dataloader",

@@ -103,6 +103,12 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     ``StatefulDataLoader`` (or :meth:`state_dict`) resumes exactly where it was taken.
     Construction raises :class:`MetadataError` when the MP4s of the selected episodes
     contradict the metadata (``lerobot_nodes.video_checks``), before any worker starts.
+
+    ``batch_size``: iterating yields whole batches collated in the reader (a DataLoader worker:
+    one shared-memory segment per batch) instead of samples; use it with ``batch_size=None``
+    in the DataLoader. ``streaming_dataloader`` sets it. Batches are what a DataLoader with
+    ``batch_size`` would build from the same reader: each worker's samples in order, the
+    epoch's last batch of a worker shorter.
     """
 
     def __init__(
@@ -124,6 +130,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         rank: int | None = None,
         world_size: int | None = None,
         depth_output_unit: str = DEFAULT_DEPTH_UNIT,
+        batch_size: int | None = None,
     ) -> None:
         super().__init__()
         config = config or StreamingConfig()
@@ -140,6 +147,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.tolerance_s = tolerance_s
         self.image_transforms = image_transforms
         self.return_uint8 = return_uint8
+        if batch_size is not None and int(batch_size) < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+        self.batch_size = None if batch_size is None else int(batch_size)
         self.seed = resolve_seed(seed)
         detected_rank, detected_world = get_rank_and_world_size()
         self.rank = detected_rank if rank is None else int(rank)
@@ -154,7 +164,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
         self.metrics = StreamingMetrics(self.counters)
         self._graph: StreamingGraph | None = None
-        self._graph_key: tuple[int, int, WorkerStart | None] | None = None
+        self._graph_key: tuple[int, int, WorkerStart | None, int | None] | None = None
         # How the next iter() starts after a resume (lerobot_nodes.resume); None: plain epochs.
         self._plan: ResumePlan | None = None
 
@@ -233,12 +243,14 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS),
             assigned=None if start is None else start.assigned,
             carried=None if start is None else start.carried_map(),
+            batch_size=self.batch_size,
+            shared_memory_batches=num_workers > 0,
         )
 
     def _ensure_graph(self, epoch: int = 0, start: WorkerStart | None = None) -> StreamingGraph:
         """The graph of this reader: its own schedule from ``epoch``, or ``start``'s first epoch."""
         worker_id, num_workers = self._physical_topology()
-        key = (worker_id, num_workers, start)
+        key = (worker_id, num_workers, start, self.batch_size)
         if self._graph is None or self._graph_key != key:
             self.close()
             if (start is None or not start.elastic) and max(1, num_workers) > self.max_workers:
@@ -545,6 +557,14 @@ def _saved_start(state: Mapping[str, Any], topology: Mapping[str, Any]) -> Worke
 def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_workers: int, **kwargs: Any) -> Any:
     """A ``StatefulDataLoader`` for ``dataset`` as LeRobot training builds it.
 
+    Batches are assembled where the samples are decoded: ``dataset.batch_size`` is set to
+    ``batch_size`` and the DataLoader itself gets ``batch_size=None``, so each worker (or, with
+    ``num_workers=0``, the graph) collates whole batches into one storage (shared memory in a
+    worker) and the training process only receives them. The batches are the ones a DataLoader
+    with ``batch_size`` would build; :func:`loader_batch_size` reads the batch size back. A
+    ``collate_fn`` other than ``default_collate``, or ``drop_last=True``, keeps the batching in
+    the DataLoader (per-sample hand-off, as before).
+
     ``num_workers`` is clamped to what the rank can feed (with a warning); workers persist
     across epochs so the streaming order moves on to the next epoch. Workers (and the
     forkserver) end within about a second of the training process, however it ends: the
@@ -552,11 +572,20 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     which still calls a ``worker_init_fn`` given here. What workers log under
     ``lerobot_nodes`` is logged again in this process (``lerobot_nodes.worker_logs``).
     """
+    from torch.utils.data import default_collate
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     dataset.plan_resume(num_workers, batch_size)  # before clamping: every rank decides on the same topology
     num_workers = dataset.clamp_num_workers(num_workers)
-    options: dict[str, Any] = {"batch_size": batch_size, "num_workers": num_workers, "shuffle": False, "drop_last": False}
+    in_reader = kwargs.get("collate_fn") in (None, default_collate) and not kwargs.get("drop_last", False)
+    dataset.batch_size = int(batch_size) if in_reader else None
+    options: dict[str, Any] = {"num_workers": num_workers, "shuffle": False}
+    if in_reader:
+        kwargs.pop("collate_fn", None)
+        kwargs.pop("drop_last", None)
+        options["batch_size"] = None
+    else:
+        options.update(batch_size=batch_size, drop_last=False)
     relay: WorkerLogRelay | None = None
     if num_workers > 0:
         context = kwargs.pop("multiprocessing_context", None) or worker_context()
@@ -575,6 +604,17 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
         relay.close_with(loader)
         _LOG_RELAYS[loader] = relay
     return loader
+
+
+def loader_batch_size(loader: Any) -> int:
+    """Samples per batch of ``loader``: the DataLoader's ``batch_size``, or its streaming dataset's
+    when the dataset assembles the batches (``streaming_dataloader``)."""
+    if loader.batch_size is not None:
+        return int(loader.batch_size)
+    size = getattr(loader.dataset, "batch_size", None)
+    if size is None:
+        raise ConfigError("this DataLoader yields single samples (batch_size=None and a dataset that does not batch)")
+    return int(size)
 
 
 _LOG_RELAYS: weakref.WeakKeyDictionary[Any, WorkerLogRelay] = weakref.WeakKeyDictionary()
@@ -598,6 +638,22 @@ def shutdown_dataloader(loader: Any) -> None:
     relay = _LOG_RELAYS.pop(loader, None)
     if relay is not None:
         relay.close()  # after the workers: their last records are relayed first
+
+
+def start_worker_context() -> multiprocessing.context.BaseContext:
+    """Start the process DataLoader workers are forked from now, rather than at the first ``iter()``.
+
+    The forkserver imports torch, PyAV and this package once (about 1.5 s here); started before
+    the dataset and the policy are built, that import overlaps with them instead of delaying
+    the first batch. ``lerobot-nodes train`` and ``stream`` call it when ``--num_workers`` > 0.
+    Idempotent; returns :func:`worker_context`. With ``spawn`` (no forkserver) it does nothing.
+    """
+    context = worker_context()
+    if context.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+    return context
 
 
 def worker_context() -> multiprocessing.context.BaseContext:

@@ -50,7 +50,13 @@ from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
 from .atomic import atomic_write
 from .config import StreamingConfig
-from .dataset import StreamingLeRobotDataset, shutdown_dataloader, streaming_dataloader
+from .dataset import (
+    StreamingLeRobotDataset,
+    loader_batch_size,
+    shutdown_dataloader,
+    start_worker_context,
+    streaming_dataloader,
+)
 from .errors import ConfigError, LeRobotIncompatibleError
 
 logger = logging.getLogger("lerobot_nodes.lerobot_train")
@@ -255,7 +261,7 @@ class StreamingTrainLoader:
 
     @property
     def batch_size(self) -> int:
-        return int(self.loader.batch_size)
+        return loader_batch_size(self.loader)
 
     @property
     def num_workers(self) -> int:
@@ -287,6 +293,8 @@ class TrainingSession:
         self.cfg = cfg
         if not isinstance(cfg.dataset.repo_id, str):
             raise ConfigError("--dataset.repo_id must name one dataset: LeRobot does not train on several either")
+        if int(cfg.num_workers) > 0:
+            start_worker_context()  # the workers' imports overlap with the dataset and the policy being built
         meta = LeRobotDatasetMetadata(
             cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision, repo_type=cfg.dataset.repo_type
         )
@@ -395,7 +403,7 @@ class TrainingSession:
         if step == 0:
             return 0
         saved = self._saved_state(self.cfg)
-        current = {"batch_size": loader.batch_size, "num_workers": loader.num_workers, "world_size": dataset.world_size}
+        current = {"batch_size": loader_batch_size(loader), "num_workers": loader.num_workers, "world_size": dataset.world_size}
         if saved is not None:
             changed = {k: (saved[k], v) for k, v in current.items() if saved.get(k) != v}
             if saved.get("step") != step:
@@ -413,7 +421,7 @@ class TrainingSession:
             )
         dataset.resume_from_step(
             step,
-            int(training_step.get("batch_size") or loader.batch_size),
+            int(training_step.get("batch_size") or loader_batch_size(loader)),
             int(saved["num_workers"]) if saved else loader.num_workers,
             world_size=training_step.get("num_processes"),
         )
@@ -431,7 +439,7 @@ class TrainingSession:
         payload = {
             "version": LOADER_STATE_VERSION,
             "step": step,
-            "batch_size": self.loader.batch_size,
+            "batch_size": loader_batch_size(self.loader),
             "num_workers": self.loader.num_workers,
             "world_size": dataset.world_size,
             "seed": dataset.seed,

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..config import StreamingConfig
-from ..dataset import StreamingLeRobotDataset, shutdown_dataloader, streaming_dataloader
+from ..dataset import StreamingLeRobotDataset, shutdown_dataloader, start_worker_context, streaming_dataloader
 from ..errors import ConfigError
 from ..identity import check_identity
 from ..lifeline import GuardedWorkerInit
@@ -146,6 +146,8 @@ def run_stream(
     seed = training["seed"]
     if checkpoint is not None and "seed" in checkpoint and "seed" not in training_options:
         seed = checkpoint["seed"]
+    if num_workers > 0:
+        start_worker_context()  # the workers' imports overlap with opening the dataset
     dataset = StreamingLeRobotDataset(
         **common, seed=seed, max_num_shards=max(1, num_workers), config=config
     )

@@ -3,11 +3,13 @@
 ::
 
     RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer
+        [-> SampleBatcher]
 
 :func:`build_streaming_graph` takes plain values only (source, metadata, selected episodes,
 topology, config, seed, epoch), so an ``IterableDataset`` can call it inside each worker with
 the rank and world size captured in the main process. ``graph.root`` is a ``BaseNode`` of
-samples, ready for ``torchdata.nodes.Loader`` or further nodes.
+samples (or, with ``batch_size``, of collated batches), ready for ``torchdata.nodes.Loader`` or
+further nodes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..meta import DatasetMeta
 from ..mp4.index import VideoIndex
 from ..sample import SampleSpec
 from ..sources import ByteSource
+from .batcher import SampleBatcher
 from .byte_cache import ByteBudget, EpisodeByteCache
 from .decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, apply_image_transforms
 from .episode_fetch import EpisodeFetcher, VideoIndexProvider, default_index_provider, preferring_opened
@@ -36,7 +39,7 @@ from .sharder import RankWorkerSharder
 
 @dataclass
 class StreamingGraph:
-    """The nodes of one worker's graph; ``root`` yields samples in schedule order."""
+    """The nodes of one worker's graph; ``root`` yields samples (or batches of them) in schedule order."""
 
     root: BaseNode[dict[str, Any]]
     sharder: RankWorkerSharder
@@ -45,6 +48,7 @@ class StreamingGraph:
     decoder: DecodeMapper
     buffer: OrderedBuffer
     fetcher: EpisodeFetcher
+    batcher: SampleBatcher | None = None
 
     @property
     def cache(self) -> EpisodeByteCache:
@@ -77,7 +81,9 @@ class StreamingGraph:
             },
             OrderedBuffer.NUM_YIELDED_KEY: num_samples,
         }
-        if self.root is self.buffer:
+        # The batcher's state is its source's (at a batch boundary).
+        below_batcher = self.batcher.source if self.batcher is not None else self.root
+        if below_batcher is self.buffer:
             return buffer_state
         # torchdata's inline Mapper nests its source state this way (0.11).
         return {"it_state": {"source": buffer_state}}
@@ -211,6 +217,8 @@ def build_streaming_graph(
     metrics: MetricsSink | None = None,
     assigned: Sequence[int] | None = None,
     carried: Mapping[int, tuple[int, int]] | None = None,
+    batch_size: int | None = None,
+    shared_memory_batches: bool = False,
 ) -> StreamingGraph:
     """The graph of worker ``worker_id`` (of ``num_workers``; 0 = the training process) of ``rank``.
 
@@ -221,7 +229,8 @@ def build_streaming_graph(
     the decode threads. ``index_provider`` defaults to the sidecar (or per-file MP4 indexes),
     which serves the indexes of ``opened_indexes`` (opened by this process already) as they are.
     ``assigned``/``carried``: the worker reads an elastic resume's remnant for this one epoch
-    (:func:`schedule_sampler`).
+    (:func:`schedule_sampler`). ``batch_size``: ``root`` yields batches collated by a
+    :class:`SampleBatcher` (in shared memory with ``shared_memory_batches``, for DataLoader workers).
     """
     config = config or StreamingConfig()
     seed = resolve_seed(seed)
@@ -294,6 +303,9 @@ def build_streaming_graph(
     root: BaseNode[dict[str, Any]] = buffer
     if transforms_on_consumer and image_transforms is not None:
         root = Mapper(buffer, apply_image_transforms(spec, image_transforms))
+    batcher = None
+    if batch_size is not None:
+        root = batcher = SampleBatcher(root, batch_size, shared_memory=shared_memory_batches)
     return StreamingGraph(
         root=root,
         sharder=sharder,
@@ -302,4 +314,5 @@ def build_streaming_graph(
         decoder=decoder,
         buffer=buffer,
         fetcher=fetcher,
+        batcher=batcher,
     )

@@ -1,0 +1,109 @@
+"""Whole batches assembled where the samples are made: in the DataLoader worker.
+
+:class:`SampleBatcher` pulls ``batch_size`` samples in schedule order and collates them as
+``torch.utils.data.default_collate`` does (tensors stacked, strings listed), into tensors that
+are views of one storage allocated per batch: in shared memory inside a DataLoader worker,
+so a batch crosses to the training process as one shared-memory segment and the training
+process does no per-sample work. The last batch of an epoch holds what is left (no sample
+is dropped).
+
+State is transparent: the state of its source at the last batch boundary, in the source's
+own layout, so states taken with and without batching are interchangeable and a restore
+starts the next batch where the saved one ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate
+from torchdata.nodes import BaseNode
+
+_ALIGNMENT = 64
+"""Byte alignment of each key's tensor inside the batch storage."""
+
+
+def collate_into_one_storage(samples: Sequence[dict[str, Any]], shared: bool) -> dict[str, Any]:
+    """``default_collate(samples)`` for flat sample dicts, every tensor a view of one new storage.
+
+    ``shared``: the storage is created in shared memory (what a DataLoader worker sends).
+    Keys keep their order; samples must have the keys, dtypes and shapes of the first.
+    """
+    first = samples[0]
+    count = len(samples)
+    layout: list[tuple[str, int, torch.dtype, tuple[int, ...]]] = []
+    total = 0
+    for key, value in first.items():
+        if isinstance(value, torch.Tensor):
+            total = -(-total // _ALIGNMENT) * _ALIGNMENT
+            layout.append((key, total, value.dtype, (count, *value.shape)))
+            total += count * value.numel() * value.element_size()
+    storage: torch.UntypedStorage = (
+        torch.UntypedStorage._new_shared(total) if shared else torch.UntypedStorage(total)  # type: ignore[no-untyped-call]
+    )
+    batch: dict[str, Any] = {}
+    views = {}
+    for key, offset, dtype, shape in layout:
+        view = torch.empty(0, dtype=dtype)
+        view.set_(storage, offset // view.element_size(), shape, torch.empty(shape, device="meta").stride())
+        views[key] = view
+    for key, value in first.items():
+        column = [sample[key] for sample in samples]
+        if key in views:
+            try:
+                batch[key] = torch.stack(column, out=views[key])
+            except RuntimeError as error:
+                shapes = sorted({tuple(v.shape) for v in column})
+                raise RuntimeError(f"cannot batch {key!r}: samples hold shapes {shapes}: {error}") from None
+        elif isinstance(value, str):
+            batch[key] = column
+        else:
+            batch[key] = default_collate(column)
+    return batch
+
+
+class SampleBatcher(BaseNode[dict[str, Any]]):
+    """Batches of ``batch_size`` samples of ``source``, collated into one storage per batch.
+
+    Guarantees: samples keep the source's order and each is in exactly one batch; every batch
+    but an epoch's last has ``batch_size`` samples. An error of the source is raised as it is;
+    the state still points at the start of the failed batch.
+    """
+
+    def __init__(self, source: BaseNode[dict[str, Any]], batch_size: int, *, shared_memory: bool = False) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.source = source
+        self.batch_size = batch_size
+        self.shared_memory = shared_memory
+        self._boundary: dict[str, Any] | None = None
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self.source.reset(initial_state)
+        self._boundary = initial_state if initial_state is not None else self.source.state_dict()
+
+    def next(self) -> dict[str, Any]:
+        samples: list[dict[str, Any]] = []
+        while len(samples) < self.batch_size:
+            try:
+                samples.append(next(self.source))
+            except StopIteration:
+                break
+        if not samples:
+            raise StopIteration
+        batch = collate_into_one_storage(samples, self.shared_memory)
+        self._boundary = self.source.state_dict()
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        assert self._boundary is not None, "reset() first"
+        return self._boundary
+
+    def close(self) -> None:
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()

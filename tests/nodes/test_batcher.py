@@ -1,0 +1,127 @@
+"""SampleBatcher: default_collate's batches, one storage per batch, transparent state at batch boundaries."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import default_collate
+from torchdata.nodes import BaseNode, IterableWrapper
+
+from lerobot_nodes.nodes.batcher import SampleBatcher, collate_into_one_storage
+
+
+def _sample(i: int) -> dict:
+    return {
+        "observation.images.top": torch.full((3, 4, 5), i, dtype=torch.uint8),
+        "observation.state": torch.arange(6, dtype=torch.float32) + i,
+        "action_is_pad": torch.tensor([i % 2 == 0, False]),
+        "index": torch.tensor(i),
+        "task": f"task {i % 3}",
+    }
+
+
+def _samples(n: int) -> list[dict]:
+    return [_sample(i) for i in range(n)]
+
+
+def _equal(a: dict, b: dict) -> bool:
+    if list(a) != list(b):
+        return False
+    for key in a:
+        if isinstance(a[key], torch.Tensor):
+            if not (a[key].dtype == b[key].dtype and torch.equal(a[key], b[key])):
+                return False
+        elif a[key] != b[key]:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_collate_equals_default_collate_in_one_storage(shared: bool) -> None:
+    samples = _samples(7)
+    batch = collate_into_one_storage(samples, shared)
+    assert _equal(batch, default_collate(samples))
+    tensors = [v for v in batch.values() if isinstance(v, torch.Tensor)]
+    storages = {t.untyped_storage().data_ptr() for t in tensors}
+    assert len(storages) == 1
+    assert all(t.is_contiguous() for t in tensors)
+    assert tensors[0].untyped_storage().is_shared() is shared
+
+
+def test_collate_names_the_key_whose_shapes_differ() -> None:
+    samples = _samples(3)
+    samples[2]["observation.state"] = torch.zeros(5)
+    with pytest.raises(RuntimeError, match="observation.state"):
+        collate_into_one_storage(samples, False)
+
+
+def _batches(node: BaseNode, limit: int = 100) -> list[dict]:
+    out = []
+    for _ in range(limit):
+        try:
+            out.append(next(node))
+        except StopIteration:
+            break
+    return out
+
+
+def test_batches_keep_order_and_the_last_one_is_short() -> None:
+    samples = _samples(11)
+    node = SampleBatcher(IterableWrapper(samples), 4)
+    node.reset()
+    batches = _batches(node)
+    assert [len(b["task"]) for b in batches] == [4, 4, 3]
+    for number, batch in enumerate(batches):
+        assert _equal(batch, default_collate(samples[4 * number : 4 * number + 4]))
+
+
+def test_state_is_the_source_state_at_a_batch_boundary_and_resumes_there() -> None:
+    samples = _samples(11)
+    node = SampleBatcher(IterableWrapper(samples), 4)
+    node.reset()
+    next(node)
+    state = node.state_dict()
+    source = IterableWrapper(samples)
+    source.reset()
+    for _ in range(4):
+        next(source)
+    assert state == source.state_dict()  # the source's own layout: interchangeable with unbatched states
+    expected = _batches(node)
+    resumed = SampleBatcher(IterableWrapper(samples), 4)
+    resumed.reset(state)
+    assert [b["index"].tolist() for b in _batches(resumed)] == [b["index"].tolist() for b in expected]
+
+
+class _FailsAt(BaseNode[dict]):
+    def __init__(self, samples: list[dict], fail_at: int) -> None:
+        super().__init__()
+        self.samples, self.fail_at = samples, fail_at
+
+    def reset(self, initial_state: dict | None = None) -> None:
+        super().reset(initial_state)
+        self.position = 0 if initial_state is None else initial_state["position"]
+
+    def next(self) -> dict:
+        if self.position == self.fail_at:
+            raise ValueError("corrupt sample")
+        if self.position >= len(self.samples):
+            raise StopIteration
+        self.position += 1
+        return self.samples[self.position - 1]
+
+    def get_state(self) -> dict:
+        return {"position": self.position}
+
+
+def test_an_error_mid_batch_leaves_the_state_at_the_batch_start() -> None:
+    node = SampleBatcher(_FailsAt(_samples(12), fail_at=6), 4)
+    node.reset()
+    next(node)
+    with pytest.raises(ValueError, match="corrupt sample"):
+        next(node)
+    assert node.state_dict() == {"position": 4}
+
+
+def test_batch_size_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        SampleBatcher(IterableWrapper([]), 0)
