@@ -147,6 +147,14 @@ class VideoIndex:
         return self._presentation_order
 
     @property
+    def presentation_pts(self) -> np.ndarray:
+        """``pts`` in presentation order (``pts[presentation_order]``), ascending; computed once."""
+        cached: np.ndarray | None = self.__dict__.get("_presentation_pts")
+        if cached is None:
+            cached = self.__dict__["_presentation_pts"] = self.pts[self._presentation_order]
+        return cached
+
+    @property
     def keyframe_indices(self) -> np.ndarray:
         """Decode-order indices of the sync samples."""
         return self._keyframe_indices

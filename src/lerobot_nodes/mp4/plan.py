@@ -77,7 +77,7 @@ def plan_clip(index: VideoIndex, from_s: float, to_s: float) -> ClipPlan:
     timescale = index.timescale
     tolerance = index.frame_duration / 2
     order = index.presentation_order
-    sorted_pts = index.pts[order]
+    sorted_pts = index.presentation_pts
     # Float ticks: exact up to 2**53 ticks, and no overflow for absurd spans (they find no frame).
     low = float(np.rint(from_s * timescale)) - tolerance
     high = float(np.rint(to_s * timescale)) - tolerance
@@ -146,6 +146,19 @@ def _start_keyframe(index: VideoIndex, first_decode: int, first_pts: int) -> int
     return int(candidates[usable[-1]])
 
 
+def _start_keyframes(index: VideoIndex, samples: np.ndarray) -> np.ndarray:
+    """:func:`_start_keyframe` of every sample (decode indices), each at its own pts; vectorised
+    for the common case, the scalar rule for the leading pictures of open GOPs."""
+    keys = index.keyframe_indices
+    positions = np.searchsorted(keys, samples, side="right") - 1
+    clamped = np.maximum(positions, 0)
+    starts = keys[clamped].astype(np.int64)
+    direct = (positions >= 0) & (index.pts[starts] <= index.pts[samples])
+    for i in np.flatnonzero(~direct):
+        starts[i] = _start_keyframe(index, int(samples[i]), int(index.pts[samples[i]]))
+    return starts
+
+
 def _gop_end(index: VideoIndex, last_decode: int) -> int:
     """The index of the first key frame after ``last_decode`` (or the sample count)."""
     keys = index.keyframe_indices
@@ -203,6 +216,11 @@ open GOPs are merged until that overhead is small next to the frames a run deliv
 
 
 def gop_starts(index: VideoIndex, from_s: float, to_s: float, open_gop_min_run: int = OPEN_GOP_MIN_RUN) -> np.ndarray:
+    """:func:`clip_gop_starts` of the clip :func:`plan_clip` plans for ``[from_s, to_s)``."""
+    return clip_gop_starts(index, plan_clip(index, from_s, to_s), open_gop_min_run)
+
+
+def clip_gop_starts(index: VideoIndex, plan: ClipPlan, open_gop_min_run: int = OPEN_GOP_MIN_RUN) -> np.ndarray:
     """Episode-relative frame positions where an anchor run may start, ascending from 0.
 
     Frame ``r`` is the ``r``-th frame presented in ``[from_s, to_s)`` (the same span rule as
@@ -212,13 +230,13 @@ def gop_starts(index: VideoIndex, from_s: float, to_s: float, open_gop_min_run: 
     order starts), so every run between two returned positions is reachable from one key
     frame by decoding forward only. Where that key frame has leading pictures (open GOP), the
     position is skipped unless the run before it already spans ``open_gop_min_run`` frames.
+    ``plan`` is the clip's plan (:func:`plan_clip` of the span), made once per episode.
     """
-    plan = plan_clip(index, from_s, to_s)
     order = index.presentation_order
-    sorted_pts = index.pts[order]
+    sorted_pts = index.presentation_pts
     first_rank = int(np.searchsorted(sorted_pts, plan.first_needed_pts, side="left"))
     samples = order[first_rank : first_rank + plan.needed_count]
-    keys = [_start_keyframe(index, int(sample), int(index.pts[sample])) for sample in samples]
+    keys = _start_keyframes(index, samples).tolist()
     clip_pts = index.pts[plan.sample_start : plan.sample_stop]
     after = np.minimum.accumulate(clip_pts[::-1])[::-1]
     before = np.maximum.accumulate(clip_pts)

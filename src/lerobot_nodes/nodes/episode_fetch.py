@@ -12,6 +12,7 @@ Video indexes come from an injectable :data:`VideoIndexProvider`: by default the
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from ..episode_data import EpisodeData
 from ..errors import EpisodeFetchError, LeRobotNodesError
 from ..meta import DatasetMeta
 from ..mp4.index import VideoIndex
-from ..mp4.plan import gop_starts, plan_clip
+from ..mp4.plan import clip_gop_starts, plan_clip
 from ..parquet import EpisodeRowsPlan, EpisodeTableReader
 from ..sources import ByteRange, ByteSource
 
@@ -111,6 +112,10 @@ def describe_ranges(ranges: Sequence[ByteRange], limit: int = 3) -> str:
     return f"byte ranges {shown}{more}" if ranges else "no byte range"
 
 
+PLANS_KEPT = 256
+"""Episodes whose clip plans an :class:`EpisodeFetcher` keeps (pool, prefetch and admission look-ahead fit)."""
+
+
 class EpisodeFetcher:
     """Plans and fetches episodes of one dataset; thread-safe.
 
@@ -139,6 +144,10 @@ class EpisodeFetcher:
         self._materialize = materialize
         self._indexes: dict[str, VideoIndex] = {}
         self._lock = threading.Lock()
+        # Each episode is planned once: its price (the byte budget), its GOP runs (the schedule)
+        # and its fetch use the same plans. Recent episodes only: plans hold their clip headers.
+        self._plans: OrderedDict[int, list[ClipRequest]] = OrderedDict()
+        self._plans_lock = threading.Lock()
 
     # -- planning (no payload I/O) --------------------------------------------------------
     def index(self, path: str) -> VideoIndex:
@@ -167,7 +176,21 @@ class EpisodeFetcher:
             return self._indexes[path]
 
     def clip_requests(self, episode: int) -> list[ClipRequest]:
-        """One planned clip per camera of ``episode``, from the indexes alone."""
+        """One planned clip per camera of ``episode``, from the indexes alone; planned once and
+        kept for the last :data:`PLANS_KEPT` episodes asked for."""
+        with self._plans_lock:
+            planned = self._plans.get(episode)
+            if planned is not None:
+                self._plans.move_to_end(episode)
+                return planned
+        requests = self._plan_clips(episode)
+        with self._plans_lock:
+            self._plans[episode] = requests
+            while len(self._plans) > PLANS_KEPT:
+                self._plans.popitem(last=False)
+        return requests
+
+    def _plan_clips(self, episode: int) -> list[ClipRequest]:
         requests = []
         for key in self.video_keys:
             path = self.meta.video_file(episode, key)
@@ -183,11 +206,7 @@ class EpisodeFetcher:
 
     def gop_starts(self, episode: int) -> list[Any]:
         """Per camera, the episode frames where a new GOP starts (see ``mp4.plan.gop_starts``); indexes only."""
-        starts = []
-        for key in self.video_keys:
-            from_s, to_s = self.meta.video_span(episode, key)
-            starts.append(gop_starts(self.index(self.meta.video_file(episode, key)), from_s, to_s))
-        return starts
+        return [clip_gop_starts(self.index(request.path), request.plan) for request in self.clip_requests(episode)]
 
     def cost(self, episode: int) -> int:
         """Exact bytes of the materialised clips of ``episode`` (what the byte budget counts)."""
