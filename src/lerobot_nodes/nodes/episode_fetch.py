@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,9 +215,13 @@ class EpisodeFetcher:
 
     # -- fetching ----------------------------------------------------------------------------
     def fetch(self, episode: int) -> EpisodePayload:
-        """Range-read and decode the rows, then range-read and materialise every clip."""
+        """Range-read the rows and every camera's clip concurrently, then decode the rows and
+        materialise the clips. A failed read raises the first error in that order (rows, cameras)."""
         rows_plan = self._rows_plan(episode)
-        chunks = self._read(episode, "Parquet rows", rows_plan.path, rows_plan.byte_ranges)
+        requests = self.clip_requests(episode) if self.video_keys else []
+        reads = [("Parquet rows", rows_plan.path, list(rows_plan.byte_ranges))]
+        reads += [(f"the {r.key} clip", r.path, list(r.plan.byte_ranges)) for r in requests]
+        chunks, *clips_chunks = self._read_all(episode, reads)
         try:
             data = self.rows.read(episode, rows_plan, chunks)
         except Exception as exc:
@@ -227,11 +232,10 @@ class EpisodeFetcher:
         payload = EpisodePayload(
             episode=episode, data=data, planned_bytes=rows_plan.size, fetched_bytes=sum(len(c) for c in chunks)
         )
-        if self.video_keys:
+        if requests:
             materialize = self._materialize or _default_materializer()
-            for request in self.clip_requests(episode):
+            for request, clip_chunks in zip(requests, clips_chunks, strict=True):
                 ranges = list(request.plan.byte_ranges)
-                clip_chunks = self._read(episode, f"the {request.key} clip", request.path, ranges)
                 try:
                     clip = materialize(request.plan, clip_chunks)
                 except Exception as exc:
@@ -245,6 +249,15 @@ class EpisodeFetcher:
                 payload.planned_bytes += sum(end - start for start, end in ranges)
                 payload.fetched_bytes += sum(len(chunk) for chunk in clip_chunks)
         return payload
+
+    def _read_all(self, episode: int, reads: list[tuple[str, str, list[ByteRange]]]) -> list[list[bytes]]:
+        """Every ``(what, path, ranges)`` read, concurrently when there are several (one thread
+        each, joined before returning): an episode's latency is its slowest file, not their sum."""
+        if len(reads) == 1:
+            return [self._read(episode, *reads[0])]
+        with ThreadPoolExecutor(max_workers=len(reads), thread_name_prefix="lerobot-nodes-fetch-file") as pool:
+            futures = [pool.submit(self._read, episode, *read) for read in reads]
+            return [future.result() for future in futures]
 
     def _rows_plan(self, episode: int) -> EpisodeRowsPlan:
         try:
