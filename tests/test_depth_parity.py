@@ -132,3 +132,33 @@ def test_lerobot_dequantisation_of_every_code():
 def test_unknown_depth_unit_is_a_config_error():
     with pytest.raises(ConfigError, match="depth_output_unit"):
         MapStyleLeRobotDataset(root=ROOT, depth_output_unit="cm")
+
+
+@pytest.mark.parametrize("return_uint8", [True, False])
+def test_batches_assembled_in_the_reader_are_the_map_style_samples(return_uint8):
+    # RGB frames are decoded straight into their batch (uint8, or float32 / 255); the depth
+    # camera is dequantised per sample and collated.
+    spec = MANIFEST["configs"]["diffusion"]
+    options = {"delta_timestamps": spec["delta_timestamps"], "return_uint8": return_uint8}
+    streaming = StreamingLeRobotDataset(
+        root=ROOT,
+        seed=3,
+        config=StreamingConfig(streaming_episode_pool_size=2, streaming_prefetch_episodes=2),
+        batch_size=5,
+        **options,
+    )
+    reference = MapStyleLeRobotDataset(root=ROOT, **options)
+    seen = []
+    try:
+        for batch in streaming:
+            for position, index in enumerate(batch["index"].tolist()):
+                seen.append(index)
+                expected = reference[index]
+                assert list(batch) == list(expected)
+                for key, value in expected.items():
+                    got = batch[key][position]
+                    same = torch.equal(got, value) if isinstance(value, torch.Tensor) else got == value
+                    assert same, (key, index)
+    finally:
+        streaming.close()
+    assert sorted(seen) == list(range(len(reference)))

@@ -125,3 +125,25 @@ def test_an_error_mid_batch_leaves_the_state_at_the_batch_start() -> None:
 def test_batch_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="batch_size"):
         SampleBatcher(IterableWrapper([]), 0)
+
+
+def test_batch_slots_hand_out_places_the_batcher_takes_without_copying() -> None:
+    from lerobot_nodes.nodes.batch_slots import BatchSlots
+    from lerobot_nodes.nodes.batcher import assembled_in_place
+
+    slots = BatchSlots(3, {"top": 1, "wrist": 2}, lambda key, episode: (4, 5), return_uint8=True, shared_memory=False)
+    places = [slots.next_slot(episode=0) for _ in range(4)]
+    assert places[0]["top"].shape == (1, 3, 4, 5) and places[0]["wrist"].shape == (2, 3, 4, 5)
+    first_batch = [place["top"].squeeze(0) for place in places[:3]]
+    for value, place in enumerate(first_batch):
+        place.fill_(value)
+    whole = assembled_in_place(first_batch)
+    assert whole is not None and whole.shape == (3, 3, 4, 5)
+    assert [int(whole[i].max()) for i in range(3)] == [0, 1, 2]
+    # The fourth sample starts a new batch: a new storage.
+    assert places[3]["top"].untyped_storage().data_ptr() != places[0]["top"].untyped_storage().data_ptr()
+    # Separate tensors, or places out of order, are copied as usual.
+    assert assembled_in_place([torch.zeros(3, 4, 5) for _ in range(3)]) is None
+    assert assembled_in_place([first_batch[1], first_batch[0]]) is None
+    slots.reset()
+    assert slots.next_slot(episode=0)["top"].untyped_storage().data_ptr() != places[3]["top"].untyped_storage().data_ptr()

@@ -66,13 +66,17 @@ def test_an_epoch_of_batches_equals_the_per_sample_loader_and_map_style(small_da
         theirs_dataset.close()
 
 
-def test_a_batch_crosses_from_a_worker_as_one_shared_storage(small_dataset):
+def test_a_batch_crosses_from_a_worker_as_two_shared_segments(small_dataset):
+    # The cameras, decoded straight into their batch, and the other keys, collated into one storage.
     loader = streaming_dataloader(_dataset(small_dataset), batch_size=4, num_workers=2)
     try:
         batch = next(iter(loader))
+        cameras = [key for key in batch if key.startswith("observation.images.") and not key.endswith("_is_pad")]
         tensors = [value for value in batch.values() if isinstance(value, torch.Tensor)]
-        assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1
-        assert tensors[0].untyped_storage().is_shared()
+        camera_storages = {batch[key].untyped_storage().data_ptr() for key in cameras}
+        other_storages = {t.untyped_storage().data_ptr() for key, t in batch.items() if key not in cameras and isinstance(t, torch.Tensor)}
+        assert len(camera_storages) == 1 and len(other_storages) == 1 and camera_storages != other_storages
+        assert all(t.untyped_storage().is_shared() for t in tensors)
         assert batch["observation.images.top"].shape[:2] == (4, 2)
     finally:
         shutdown_dataloader(loader)

@@ -261,11 +261,14 @@ class ClipDecoder:
         return_uint8: bool = True,
         *,
         depth: bool = False,
+        out: np.ndarray | None = None,
     ) -> torch.Tensor:
         """Frames nearest to ``timestamps_s`` (source timeline), ``(T, C, H, W)``.
 
         uint8 RGB, or float32 in [0, 1] (uint8 / 255) when ``return_uint8`` is False; with
-        ``depth`` (a depth camera) uint16 codes ``(T, 1, H, W)`` whatever ``return_uint8``. Raises
+        ``depth`` (a depth camera) uint16 codes ``(T, 1, H, W)`` whatever ``return_uint8``.
+        ``out``: RGB frames are written into this array (and returned as a tensor sharing it)
+        when its shape and dtype are the result's; otherwise a new tensor is returned. Raises
         :class:`~lerobot_nodes.errors.FrameTimestampError` (LeRobot's message) when a query has
         no frame within ``tolerance_s``, :class:`VideoDecodeError` when the codec fails.
         """
@@ -290,7 +293,7 @@ class ClipDecoder:
                     continue
                 self._decode_until(sample, wanted, found)
             arrays = [found[int(self._pts[sample])].convert(self.depth, self._to_rgb) for sample in samples]
-        return codes_to_tensor(arrays) if self.depth else frames_to_tensor(arrays, return_uint8)
+        return codes_to_tensor(arrays) if self.depth else frames_to_tensor(arrays, return_uint8, out)
 
     def close(self) -> None:
         """Release the codec context and cached frames (the decoder can still be used after)."""
@@ -442,17 +445,25 @@ def _clean_cuts(pts: np.ndarray) -> np.ndarray:
     return cuts
 
 
-def frames_to_tensor(arrays: list[np.ndarray], return_uint8: bool) -> torch.Tensor:
+def frames_to_tensor(arrays: list[np.ndarray], return_uint8: bool, out: np.ndarray | None = None) -> torch.Tensor:
     """Stack RGB ``(3, H, W)`` arrays into ``(T, 3, H, W)``: uint8, or float32 ``uint8 / 255``.
 
-    The division runs in numpy on the calling thread: torch's intra-op threads would compete
-    with other decode threads for the same cores. The values equal ``torch_uint8.float() / 255``
-    bit for bit (both divide correctly rounded in float32).
+    Into ``out`` when it has that shape and dtype (a sample's place in its batch), else into a
+    new array; either way a copy, the arrays stay in the decoded-frame cache. The division runs
+    in numpy on the calling thread: torch's intra-op threads would compete with other decode
+    threads for the same cores. The values equal ``torch_uint8.float() / 255`` bit for bit
+    (both divide correctly rounded in float32).
     """
-    chw = np.stack(arrays)  # a copy: the arrays stay in the decoded-frame cache
-    if return_uint8:
-        return torch.from_numpy(chw)
-    return torch.from_numpy(np.divide(chw, np.float32(255), dtype=np.float32))
+    dtype = np.uint8 if return_uint8 else np.float32
+    shape = (len(arrays), *arrays[0].shape)
+    if out is None or out.shape != shape or out.dtype != dtype:
+        out = np.empty(shape, dtype=dtype)
+    for position, array in enumerate(arrays):
+        if return_uint8:
+            out[position] = array
+        else:
+            np.divide(array, np.float32(255), out=out[position], dtype=np.float32)
+    return torch.from_numpy(out)
 
 
 def decode_clip(

@@ -2,9 +2,9 @@
 
 ::
 
-    RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer
-    (sharder.py)         (pool_sampler.py)     (prefetcher.py,    (decode_mapper.py) (ordered_buffer.py)
-                                                byte_cache.py)
+    RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer [-> SampleBatcher]
+    (sharder.py)         (pool_sampler.py)     (prefetcher.py,    (decode_mapper.py, (ordered_buffer.py) (batcher.py)
+                                                byte_cache.py)     batch_slots.py)
 
 :func:`build_streaming_graph` builds the whole graph of one worker from plain values.
 """
@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 from ..errors import ByteBudgetError, EpisodeFetchError, FetchCancelled, GraphFailedError
+from .batch_slots import BatchSlots
+from .batcher import SampleBatcher
 from .byte_cache import ByteBudget, ByteCacheStats, EpisodeByteCache
 from .decode_mapper import DecodeMapper, DecoderLRU, PendingSample, SampleAssembler, apply_image_transforms
 from .episode_fetch import (
@@ -35,6 +37,7 @@ from .sharder import (
 )
 
 __all__ = [
+    "BatchSlots",
     "ByteBudget",
     "ByteBudgetError",
     "ByteCacheStats",
@@ -54,6 +57,7 @@ __all__ = [
     "PendingSample",
     "RankWorkerSharder",
     "SampleAssembler",
+    "SampleBatcher",
     "SampleTask",
     "ScheduleItem",
     "StreamingGraph",

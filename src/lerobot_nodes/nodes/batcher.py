@@ -3,8 +3,10 @@
 :class:`SampleBatcher` pulls ``batch_size`` samples in schedule order and collates them as
 ``torch.utils.data.default_collate`` does (tensors stacked, strings listed), into tensors that
 are views of one storage allocated per batch: in shared memory inside a DataLoader worker,
-so a batch crosses to the training process as one shared-memory segment and the training
-process does no per-sample work. The last batch of an epoch holds what is left (no sample
+so a batch crosses to the training process as shared-memory segments and the training
+process does no per-sample work. Camera frames are normally decoded straight into their batch
+(:class:`~lerobot_nodes.nodes.batch_slots.BatchSlots`) and not copied again: a batch is then
+two segments, the cameras' and the other keys'. The last batch of an epoch holds what is left (no sample
 is dropped).
 
 State is transparent: the state of its source at the last batch boundary, in the source's
@@ -25,18 +27,50 @@ _ALIGNMENT = 64
 """Byte alignment of each key's tensor inside the batch storage."""
 
 
+def assembled_in_place(column: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The batch of ``column`` as one view, when its tensors already lie back to back in one
+    storage starting at its first element (cameras decoded into their batch by
+    :class:`~lerobot_nodes.nodes.batch_slots.BatchSlots`); else None."""
+    first = column[0]
+    if not first.is_contiguous():
+        return None
+    storage = first.untyped_storage()
+    base, start, step = storage.data_ptr(), first.storage_offset(), first.numel()
+    for position, tensor in enumerate(column):
+        if (
+            tensor.untyped_storage().data_ptr() != base
+            or tensor.storage_offset() != start + position * step
+            or tensor.shape != first.shape
+            or tensor.dtype != first.dtype
+            or not tensor.is_contiguous()
+        ):
+            return None
+    shape = (len(column), *first.shape)
+    view = torch.empty(0, dtype=first.dtype)
+    view.set_(storage, start, shape, torch.empty(shape, device="meta").stride())
+    return view
+
+
 def collate_into_one_storage(samples: Sequence[dict[str, Any]], shared: bool) -> dict[str, Any]:
     """``default_collate(samples)`` for flat sample dicts, every tensor a view of one new storage.
 
     ``shared``: the storage is created in shared memory (what a DataLoader worker sends).
-    Keys keep their order; samples must have the keys, dtypes and shapes of the first.
+    Keys keep their order; samples must have the keys, dtypes and shapes of the first. A key
+    whose tensors are already in place (:func:`assembled_in_place`) is not copied: the batch
+    holds that view (the cameras' own storage, a second segment).
     """
     first = samples[0]
     count = len(samples)
+    in_place: dict[str, torch.Tensor] = {}
+    for key, value in first.items():
+        if isinstance(value, torch.Tensor):
+            view = assembled_in_place([sample[key] for sample in samples])
+            if view is not None:
+                in_place[key] = view
     layout: list[tuple[str, int, torch.dtype, tuple[int, ...]]] = []
     total = 0
     for key, value in first.items():
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and key not in in_place:
             total = -(-total // _ALIGNMENT) * _ALIGNMENT
             layout.append((key, total, value.dtype, (count, *value.shape)))
             total += count * value.numel() * value.element_size()
@@ -50,6 +84,9 @@ def collate_into_one_storage(samples: Sequence[dict[str, Any]], shared: bool) ->
         view.set_(storage, offset // view.element_size(), shape, torch.empty(shape, device="meta").stride())
         views[key] = view
     for key, value in first.items():
+        if key in in_place:
+            batch[key] = in_place[key]
+            continue
         column = [sample[key] for sample in samples]
         if key in views:
             try:

@@ -23,6 +23,7 @@ from torchdata.nodes import BaseNode
 
 from ..mp4.decode import DecodedFrameBudget, VideoDecodeError
 from ..sample import SampleSpec, assemble_sample
+from .batch_slots import BatchSlots
 from .episode_fetch import EpisodePayload, add_context
 from .metrics_sink import MetricsSink, NullMetrics
 from .pool_sampler import ScheduleItem
@@ -31,10 +32,18 @@ from .prefetcher import SampleTask
 
 class ClipDecoderLike(Protocol):
     """A decoder of one clip (``mp4.ClipDecoder`` satisfies it); ``depth=True`` is passed only
-    for the depth cameras (``SampleSpec.depth_videos``)."""
+    for the depth cameras (``SampleSpec.depth_videos``), ``out`` (a numpy array to write the
+    frames into, see :class:`~lerobot_nodes.nodes.batch_slots.BatchSlots`) only when batches
+    are assembled in place."""
 
     def frames_at(
-        self, timestamps_s: Any, tolerance_s: float = ..., return_uint8: bool = ..., *, depth: bool = ...
+        self,
+        timestamps_s: Any,
+        tolerance_s: float = ...,
+        return_uint8: bool = ...,
+        *,
+        depth: bool = ...,
+        out: Any = ...,
     ) -> torch.Tensor: ...
 
     def close(self) -> None: ...
@@ -153,7 +162,14 @@ class SampleAssembler:
         self.tolerance_s = tolerance_s
         self.return_uint8 = return_uint8
 
-    def __call__(self, payload: EpisodePayload, frame: int, decoders: DecoderLRU) -> AssembledSample:
+    def __call__(
+        self,
+        payload: EpisodePayload,
+        frame: int,
+        decoders: DecoderLRU,
+        destination: Mapping[str, torch.Tensor] | None = None,
+    ) -> AssembledSample:
+        """The sample of ``frame``; camera frames go into ``destination[key]`` where given (its place in a batch)."""
         counts = AssembledSample(sample={})
 
         def decode(key: str, timestamps: list[float]) -> torch.Tensor:
@@ -164,6 +180,11 @@ class SampleAssembler:
                 queries = [start + t for t in timestamps]
                 if key in self.spec.depth_videos:
                     frames = decoder.frames_at(queries, self.tolerance_s, self.return_uint8, depth=True)
+                elif destination is not None and key in destination:
+                    target = destination[key]
+                    frames = decoder.frames_at(queries, self.tolerance_s, self.return_uint8, out=target.numpy())
+                    if frames.data_ptr() == target.data_ptr():
+                        frames = target  # the view of the batch storage itself, which the batcher recognises
                 else:
                     frames = decoder.frames_at(queries, self.tolerance_s, self.return_uint8)
             finally:
@@ -208,6 +229,8 @@ class DecodeMapper(BaseNode[PendingSample]):
     Each thread waits for its episode's payload (a *refill stall* when it is not there yet),
     assembles the sample (delta windows with pad masks, video frames through the decoder
     LRU, image transforms) and releases its hold on the episode's bytes, whatever happens.
+    With ``slots`` (:class:`BatchSlots`), each sample's camera frames are written into its place
+    in the batch it will be part of, assigned in submission (= schedule) order.
     Each (episode, camera) has one decoder, which keeps its position between the episode's
     anchors; the decoded frames all decoders keep are bounded by ``decoded_frame_budget_bytes``
     (``None``: unbounded) and reported as gauges (``decoded_resident_bytes``/``_frames``,
@@ -231,6 +254,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         decoded_frame_budget_bytes: int | None = None,
         metrics: MetricsSink | None = None,
         decode_error_hint: Callable[[], str] | None = None,
+        slots: BatchSlots | None = None,
     ) -> None:
         super().__init__()
         if num_threads < 1:
@@ -245,6 +269,8 @@ class DecodeMapper(BaseNode[PendingSample]):
             self.metrics.set("decoded_budget_bytes", decoded_frame_budget_bytes)
         # What to do about a decode error whose cause may be a stale cached index (see sidecar.cache).
         self.decode_error_hint = decode_error_hint
+        # Where each sample's camera frames go when batches are assembled in place (else None).
+        self.slots = slots
         self._executor: ThreadPoolExecutor | None = None
         self._cancelled = threading.Event()
 
@@ -252,13 +278,16 @@ class DecodeMapper(BaseNode[PendingSample]):
         super().reset(initial_state)
         self._stop_threads()
         self._cancelled = threading.Event()
+        if self.slots is not None:
+            self.slots.reset()
         self.source.reset(initial_state[self.SOURCE_KEY] if initial_state is not None else None)
 
     def next(self) -> PendingSample:
         task = next(self.source)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=self.num_threads, thread_name_prefix="lerobot-nodes-decode")
-        future = self._executor.submit(self._run, task, self._cancelled)
+        destination = self.slots.next_slot(task.episode) if self.slots is not None else None
+        future = self._executor.submit(self._run, task, self._cancelled, destination)
         return PendingSample(task.item, future)
 
     def get_state(self) -> dict[str, Any]:
@@ -278,7 +307,9 @@ class DecodeMapper(BaseNode[PendingSample]):
             executor.shutdown(wait=True, cancel_futures=True)
         self.decoders.clear()
 
-    def _run(self, task: SampleTask, cancelled: threading.Event) -> dict[str, Any]:
+    def _run(
+        self, task: SampleTask, cancelled: threading.Event, destination: Mapping[str, torch.Tensor] | None = None
+    ) -> dict[str, Any]:
         item = task.item
         try:
             # A fetch error is shared by every sample of its episode and already names the
@@ -292,7 +323,10 @@ class DecodeMapper(BaseNode[PendingSample]):
                 payload = task.wait_payload(cancelled)
             started = time.perf_counter()
             try:
-                assembled = self.assemble(payload, item.frame, self.decoders)
+                if destination is None:
+                    assembled = self.assemble(payload, item.frame, self.decoders)
+                else:
+                    assembled = self.assemble(payload, item.frame, self.decoders, destination)  # type: ignore[call-arg]
             except Exception as exc:
                 add_context(exc, f"while assembling episode {item.episode}, frame {item.frame} (schedule item {item.seq})")
                 if isinstance(exc, VideoDecodeError) and self.decode_error_hint is not None:

@@ -26,6 +26,7 @@ from ..meta import DatasetMeta
 from ..mp4.index import VideoIndex
 from ..sample import SampleSpec
 from ..sources import ByteSource
+from .batch_slots import BatchSlots
 from .batcher import SampleBatcher
 from .byte_cache import ByteBudget, EpisodeByteCache
 from .decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, apply_image_transforms
@@ -289,6 +290,23 @@ def build_streaming_graph(
         max_concurrent_fetches=config.max_num_shards,
         metrics=metrics,
     )
+    slots = None
+    if batch_size is not None and image_transforms is None:
+        # Camera frames decoded straight into their batch (RGB cameras; depth is dequantised after).
+        cameras = {
+            key: len(spec.offsets[key]) if spec.offsets is not None and key in spec.offsets else 1
+            for key in spec.video_keys
+            if key not in spec.depth_videos
+        }
+
+        def frame_size(key: str, episode: int) -> tuple[int, int]:
+            index = fetcher.index(meta.video_file(episode, key))
+            return int(index.height), int(index.width)
+
+        if cameras:
+            slots = BatchSlots(
+                batch_size, cameras, frame_size, return_uint8=return_uint8, shared_memory=shared_memory_batches
+            )
     decoder = DecodeMapper(
         prefetcher,
         SampleAssembler(spec, tolerance_s=tolerance_s, return_uint8=return_uint8),
@@ -298,6 +316,7 @@ def build_streaming_graph(
         decoded_frame_budget_bytes=config.worker_decoded_frame_budget(num_workers),
         metrics=metrics,
         decode_error_hint=_stale_index_hint(source, meta) if index_provider is None else None,
+        slots=slots,
     )
     buffer = OrderedBuffer(decoder, max_ahead=config.streaming_decoded_queue_size)
     root: BaseNode[dict[str, Any]] = buffer

@@ -1,0 +1,97 @@
+"""Per-sample destinations inside the next batch's camera tensors, handed out in schedule order.
+
+With a :class:`~lerobot_nodes.nodes.batcher.SampleBatcher` at the root, the decode threads
+write each sample's camera frames straight into the batch the sample will be part of: one
+``(batch_size, T, 3, H, W)`` tensor per camera (``T`` dropped when the window has one frame,
+as LeRobot's samples do), all views of one storage allocated when the batch's first sample is
+submitted, in shared memory inside a DataLoader worker. The batcher then finds the cameras
+already in place and copies nothing (:func:`~lerobot_nodes.nodes.batcher.collate_into_one_storage`).
+
+Samples are submitted in schedule order and delivered in the same order, so the ``n``-th
+sample submitted since the last reset is sample ``n % batch_size`` of batch ``n // batch_size``
+(the batcher's count from the same reset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+
+FrameSize = Callable[[str, int], tuple[int, int]]
+"""``(camera, episode) -> (height, width)`` of that camera's frames (from the MP4 index)."""
+
+
+class BatchSlots:
+    """Hands out, for each submitted sample, views of its place in the batch's camera tensors.
+
+    ``cameras`` maps each camera written in place to its frames per sample ``T``. Used from
+    the thread that submits samples (the consumer); the views are written by the decode threads.
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        cameras: Mapping[str, int],
+        frame_size: FrameSize,
+        *,
+        return_uint8: bool,
+        shared_memory: bool,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.cameras = dict(cameras)
+        self.frame_size = frame_size
+        self.dtype = torch.uint8 if return_uint8 else torch.float32
+        self.shared_memory = shared_memory
+        self._submitted = 0
+        self._batch: dict[str, torch.Tensor] = {}
+
+    def reset(self) -> None:
+        """Forget the batch being filled: the next sample starts a new one."""
+        self._submitted = 0
+        self._batch = {}
+
+    def next_slot(self, episode: int) -> dict[str, torch.Tensor]:
+        """The ``(T, 3, H, W)`` destination of each camera for the next submitted sample (of ``episode``)."""
+        position = self._submitted % self.batch_size
+        if position == 0:
+            self._batch = self._allocate(episode)
+        self._submitted += 1
+        return {key: tensor[position] for key, tensor in self._batch.items()}
+
+    def _allocate(self, episode: int) -> dict[str, torch.Tensor]:
+        shapes: list[tuple[str, Sequence[int]]] = []
+        for key, frames in self.cameras.items():
+            height, width = self.frame_size(key, episode)
+            shapes.append((key, (self.batch_size, frames, 3, height, width)))
+        itemsize = torch.empty(0, dtype=self.dtype).element_size()
+        total = sum(_numel(shape) for _, shape in shapes) * itemsize
+        storage: torch.UntypedStorage = (
+            torch.UntypedStorage._new_shared(total) if self.shared_memory else torch.UntypedStorage(total)  # type: ignore[no-untyped-call]
+        )
+        batch = {}
+        offset = 0
+        for key, shape in shapes:
+            view = torch.empty(0, dtype=self.dtype)
+            view.set_(storage, offset, shape, _contiguous_strides(shape))
+            batch[key] = view
+            offset += _numel(shape)
+        return batch
+
+
+def _numel(shape: Sequence[int]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
