@@ -107,3 +107,41 @@ def test_ordered_buffer_keeps_the_resume_contract():
         consume=lambda sample: sample["i"],
         close=lambda node: node.close(),
     )
+
+
+class Episodic(ShuffledFinish):
+    """ShuffledFinish with episodes of 7 samples (the last one of each marked, as the pool sampler does)."""
+
+    def next(self) -> PendingSample:
+        pending = super().next()
+        i = pending.item.frame
+        last = i % 7 == 6 or i == self.n - 1
+        pending.item = ScheduleItem(episode=i // 7, frame=i, seq=i, epoch=0, last_of_episode=last)
+        return pending
+
+
+@pytest.mark.timeout(30)
+def test_sparse_snapshots_at_batch_boundaries_and_episode_ends_equal_per_sample_ones():
+    n, every = 30, 4
+    dense = OrderedBuffer(Episodic(n), max_ahead=6)
+    sparse = OrderedBuffer(Episodic(n), max_ahead=6, snapshot_every=every)
+    dense.reset()
+    sparse.reset()
+    states = {0: sparse.state_dict()}
+    for position in range(1, n + 1):
+        assert next(dense)["i"] == next(sparse)["i"] == position - 1
+        if position % every == 0 or position % 7 == 0 or position == n:
+            states[position] = sparse.state_dict()
+            assert states[position] == dense.state_dict()
+        else:
+            with pytest.raises(RuntimeError, match="snapshots every 4 samples"):
+                sparse.state_dict()
+    with pytest.raises(StopIteration):
+        next(sparse)
+    assert sparse.state_dict() == states[n]
+    # A restore at a boundary counts the next boundaries from there.
+    resumed = OrderedBuffer(Episodic(n), max_ahead=6, snapshot_every=every)
+    resumed.reset(states[7])
+    assert [next(resumed)["i"] for _ in range(4)] == [7, 8, 9, 10]
+    assert resumed.state_dict() == {"source": {"i": 11}, "num_yielded": 11}  # 7 + 4: a boundary again
+    assert [sample["i"] for sample in resumed] == list(range(11, n))

@@ -318,7 +318,8 @@ def build_streaming_graph(
         decode_error_hint=_stale_index_hint(source, meta) if index_provider is None else None,
         slots=slots,
     )
-    buffer = OrderedBuffer(decoder, max_ahead=config.streaming_decoded_queue_size)
+    # Behind a batcher the state is asked at batch boundaries only: snapshot there, not per sample.
+    buffer = OrderedBuffer(decoder, max_ahead=config.streaming_decoded_queue_size, snapshot_every=batch_size or 1)
     root: BaseNode[dict[str, Any]] = buffer
     if transforms_on_consumer and image_transforms is not None:
         root = Mapper(buffer, apply_image_transforms(spec, image_transforms))

@@ -6,6 +6,12 @@ It also makes the graph's state exact: right after pulling each pending sample i
 its source's state, and it adopts that snapshot when (and only when) the sample is returned.
 Samples decoded ahead are therefore never part of the state; after a restore they are
 scheduled and decoded again (the torchdata snapshot pattern, on the consumer thread).
+
+A snapshot walks the node chain below, so a consumer that only asks for the state at batch
+boundaries (:class:`~lerobot_nodes.nodes.batcher.SampleBatcher`) sets ``snapshot_every`` to
+its batch size: the buffer then snapshots after every ``snapshot_every``-th sample since the
+last reset and after the last sample of each episode (so also after an epoch's last sample),
+O(1) per sample, and has a state only at those points.
 """
 
 from __future__ import annotations
@@ -39,15 +45,20 @@ class OrderedBuffer(BaseNode[dict[str, Any]]):
     SOURCE_KEY = "source"
     NUM_YIELDED_KEY = "num_yielded"
 
-    def __init__(self, source: BaseNode[PendingSample], max_ahead: int = 8) -> None:
+    def __init__(self, source: BaseNode[PendingSample], max_ahead: int = 8, snapshot_every: int = 1) -> None:
         super().__init__()
         if max_ahead < 1:
             raise ValueError(f"max_ahead must be >= 1, got {max_ahead}")
+        if snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be >= 1, got {snapshot_every}")
         self.source = source
         self.max_ahead = max_ahead
+        self.snapshot_every = snapshot_every
         self._slots: deque[_Slot] = deque()
         self._snapshot: dict[str, Any] | None = None
         self._num_yielded = 0
+        self._snapshot_at = 0  # the num_yielded the snapshot describes
+        self._pulled = 0  # samples pulled from the source since the last reset
         self._exhausted = False
         self._failure: BaseException | None = None
 
@@ -56,6 +67,7 @@ class OrderedBuffer(BaseNode[dict[str, Any]]):
         self._cancel_pending()
         self._exhausted = False
         self._failure = None
+        self._pulled = 0
         if initial_state is not None:
             self.source.reset(initial_state[self.SOURCE_KEY])
             self._snapshot = initial_state[self.SOURCE_KEY]
@@ -64,6 +76,7 @@ class OrderedBuffer(BaseNode[dict[str, Any]]):
             self.source.reset(None)
             self._snapshot = self.source.state_dict()
             self._num_yielded = 0
+        self._snapshot_at = self._num_yielded
 
     def next(self) -> dict[str, Any]:
         if self._failure is not None:
@@ -84,11 +97,18 @@ class OrderedBuffer(BaseNode[dict[str, Any]]):
             self._failure = exc
             self._cancel_pending()
             raise
-        self._snapshot = slot.snapshot
         self._num_yielded += 1
+        if slot.snapshot is not None:
+            self._snapshot = slot.snapshot
+            self._snapshot_at = self._num_yielded
         return sample
 
     def get_state(self) -> dict[str, Any]:
+        if self._snapshot_at != self._num_yielded:
+            raise RuntimeError(
+                f"this OrderedBuffer snapshots every {self.snapshot_every} samples and at episode ends; "
+                f"it has no state after {self._num_yielded} samples (the last is after {self._snapshot_at})"
+            )
         return {self.SOURCE_KEY: self._snapshot, self.NUM_YIELDED_KEY: self._num_yielded}
 
     def close(self) -> None:
@@ -102,7 +122,9 @@ class OrderedBuffer(BaseNode[dict[str, Any]]):
         while not self._exhausted and len(self._slots) < self.max_ahead:
             try:
                 pending = next(self.source)
-                snapshot = self.source.state_dict()
+                self._pulled += 1
+                boundary = self._pulled % self.snapshot_every == 0 or pending.item.last_of_episode
+                snapshot = self.source.state_dict() if boundary else None
             except StopIteration:
                 self._exhausted = True
             except Exception as exc:
