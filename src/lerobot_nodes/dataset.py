@@ -76,8 +76,25 @@ START_KEY = "start"
 CHECKPOINT_KEY = "step_checkpoint"
 TOPOLOGY_KEY = "topology"
 VERSION_KEY = "version"
+PARENT_ENVIRON_KEY = "_parent_environ"
 MAX_METRIC_ROWS = 256
 """Workers per rank that report metrics (rows of the shared counter table)."""
+
+
+def adopt_environment(environ: Mapping[str, str] | None) -> None:
+    """Make this worker's environment the one the dataset was sent from (a no-op for ``None``).
+
+    A worker forked by the forkserver inherits the server's environment, which is the training
+    process's as it was when the server started (``start_worker_context`` starts it early), not
+    as it is when the DataLoader starts its workers. Cache locations (``HF_LEROBOT_HOME``), Hub
+    endpoints and tokens, and storage credentials (``AWS_*``) set in between would be missing;
+    ``spawn`` workers get the current environment, and this gives forkserver workers the same.
+    """
+    if environ is None:
+        return
+    for key in [key for key in os.environ if key not in environ]:
+        del os.environ[key]
+    os.environ.update(environ)
 
 
 def http_options(config: StreamingConfig, num_workers: int) -> HttpOptions:
@@ -208,6 +225,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         state["_graph"] = None
         state["_graph_key"] = None
         state["_indexes"] = None  # a worker opens the indexes of its own episodes
+        # The environment of the process sending the dataset to a worker: a forkserver's children
+        # inherit the server's environment, frozen when it started (see adopt_environment).
+        state[PARENT_ENVIRON_KEY] = dict(os.environ)
         return state
 
     # -- iteration ------------------------------------------------------------------------
@@ -220,6 +240,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             # A worker of any DataLoader (not only streaming_dataloader's) ends with the
             # training process; idempotent, and a no-op when worker_init_fn did it already.
             guard_worker()
+            adopt_environment(self.__dict__.pop(PARENT_ENVIRON_KEY, None))
         if isinstance(self.source, ListedHttpSource):
             self.source.set_http_options(http_options(self.config, num_workers))
         return build_streaming_graph(

@@ -1,0 +1,45 @@
+"""Forkserver workers see the training process's environment as it is when they start, not as it
+was when the forkserver started (``start_worker_context`` starts it early)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from lerobot_nodes.dataset import (
+    StreamingLeRobotDataset,
+    shutdown_dataloader,
+    start_worker_context,
+    streaming_dataloader,
+)
+
+MARK = "LEROBOT_NODES_TEST_ENVIRONMENT_MARK"
+
+
+class MarkIfEnvironmentSeen:
+    """An image transform reporting, in the pixels, whether the worker sees ``MARK=expected``."""
+
+    def __init__(self, expected: str) -> None:
+        self.expected = expected
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(image, 1 if os.environ.get(MARK) == self.expected else 0)
+
+
+def test_workers_adopt_the_environment_of_the_process_that_starts_them(small_dataset, monkeypatch):
+    monkeypatch.delenv(MARK, raising=False)
+    start_worker_context()  # the forkserver runs (or already ran) without the mark
+    monkeypatch.setenv(MARK, "set after the forkserver started")
+    dataset = StreamingLeRobotDataset(
+        root=small_dataset,
+        delta_timestamps={"observation.images.top": [0.0]},
+        image_transforms=MarkIfEnvironmentSeen("set after the forkserver started"),
+        return_uint8=True,
+    )
+    loader = streaming_dataloader(dataset, batch_size=4, num_workers=2)
+    try:
+        batches = [batch for _, batch in zip(range(4), loader, strict=False)]
+    finally:
+        shutdown_dataloader(loader)
+    assert batches and all(bool((batch["observation.images.top"] == 1).all()) for batch in batches)
