@@ -14,9 +14,11 @@ sample submitted since the last reset is sample ``n % batch_size`` of batch ``n 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 import torch
+
+from .storage_views import tensors_in_one_storage
 
 FrameSize = Callable[[str, int], tuple[int, int]]
 """``(camera, episode) -> (height, width)`` of that camera's frames (from the MP4 index)."""
@@ -62,36 +64,8 @@ class BatchSlots:
         return {key: tensor[position] for key, tensor in self._batch.items()}
 
     def _allocate(self, episode: int) -> dict[str, torch.Tensor]:
-        shapes: list[tuple[str, Sequence[int]]] = []
+        specs = []
         for key, frames in self.cameras.items():
             height, width = self.frame_size(key, episode)
-            shapes.append((key, (self.batch_size, frames, 3, height, width)))
-        itemsize = torch.empty(0, dtype=self.dtype).element_size()
-        total = sum(_numel(shape) for _, shape in shapes) * itemsize
-        storage: torch.UntypedStorage = (
-            torch.UntypedStorage._new_shared(total) if self.shared_memory else torch.UntypedStorage(total)  # type: ignore[no-untyped-call]
-        )
-        batch = {}
-        offset = 0
-        for key, shape in shapes:
-            view = torch.empty(0, dtype=self.dtype)
-            view.set_(storage, offset, shape, _contiguous_strides(shape))
-            batch[key] = view
-            offset += _numel(shape)
-        return batch
-
-
-def _numel(shape: Sequence[int]) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
-
-
-def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides = []
-    step = 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
+            specs.append((key, self.dtype, (self.batch_size, frames, 3, height, width)))
+        return tensors_in_one_storage(specs, self.shared_memory)

@@ -23,8 +23,7 @@ import torch
 from torch.utils.data import default_collate
 from torchdata.nodes import BaseNode
 
-_ALIGNMENT = 64
-"""Byte alignment of each key's tensor inside the batch storage."""
+from .storage_views import tensors_in_one_storage, view_of
 
 
 def assembled_in_place(column: Sequence[torch.Tensor]) -> torch.Tensor | None:
@@ -45,10 +44,7 @@ def assembled_in_place(column: Sequence[torch.Tensor]) -> torch.Tensor | None:
             or not tensor.is_contiguous()
         ):
             return None
-    shape = (len(column), *first.shape)
-    view = torch.empty(0, dtype=first.dtype)
-    view.set_(storage, start, shape, torch.empty(shape, device="meta").stride())
-    return view
+    return view_of(storage, int(start) * first.element_size(), first.dtype, (len(column), *first.shape))
 
 
 def collate_into_one_storage(samples: Sequence[dict[str, Any]], shared: bool) -> dict[str, Any]:
@@ -67,22 +63,15 @@ def collate_into_one_storage(samples: Sequence[dict[str, Any]], shared: bool) ->
             view = assembled_in_place([sample[key] for sample in samples])
             if view is not None:
                 in_place[key] = view
-    layout: list[tuple[str, int, torch.dtype, tuple[int, ...]]] = []
-    total = 0
-    for key, value in first.items():
-        if isinstance(value, torch.Tensor) and key not in in_place:
-            total = -(-total // _ALIGNMENT) * _ALIGNMENT
-            layout.append((key, total, value.dtype, (count, *value.shape)))
-            total += count * value.numel() * value.element_size()
-    storage: torch.UntypedStorage = (
-        torch.UntypedStorage._new_shared(total) if shared else torch.UntypedStorage(total)  # type: ignore[no-untyped-call]
+    views = tensors_in_one_storage(
+        [
+            (key, value.dtype, (count, *value.shape))
+            for key, value in first.items()
+            if isinstance(value, torch.Tensor) and key not in in_place
+        ],
+        shared,
     )
     batch: dict[str, Any] = {}
-    views = {}
-    for key, offset, dtype, shape in layout:
-        view = torch.empty(0, dtype=dtype)
-        view.set_(storage, offset // view.element_size(), shape, torch.empty(shape, device="meta").stride())
-        views[key] = view
     for key, value in first.items():
         if key in in_place:
             batch[key] = in_place[key]

@@ -1,0 +1,42 @@
+"""Tensors that are views of one storage: one allocation (one shared-memory segment) for many tensors.
+
+Used for the batches of :mod:`~lerobot_nodes.nodes.batcher` and :mod:`~lerobot_nodes.nodes.batch_slots`:
+a worker sends all of a storage's tensors to the training process as one segment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+ALIGNMENT = 64
+"""Byte alignment of each tensor inside the storage."""
+
+
+def view_of(storage: torch.UntypedStorage, byte_offset: int, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
+    """The contiguous ``dtype`` tensor of ``shape`` at ``byte_offset`` of ``storage`` (no copy)."""
+    view = torch.empty(0, dtype=dtype)
+    strides = torch.empty(tuple(shape), device="meta").stride()
+    view.set_(storage, byte_offset // view.element_size(), tuple(shape), strides)
+    return view
+
+
+def tensors_in_one_storage(
+    specs: Sequence[tuple[str, torch.dtype, Sequence[int]]], shared: bool
+) -> dict[str, torch.Tensor]:
+    """One uninitialised tensor per ``(name, dtype, shape)``, all views of one new storage
+    (in shared memory with ``shared``), each starting on an :data:`ALIGNMENT` boundary."""
+    offsets = []
+    total = 0
+    for _, dtype, shape in specs:
+        total = -(-total // ALIGNMENT) * ALIGNMENT
+        offsets.append(total)
+        count = 1
+        for size in shape:
+            count *= int(size)
+        total += count * torch.empty(0, dtype=dtype).element_size()
+    storage: torch.UntypedStorage = (
+        torch.UntypedStorage._new_shared(total) if shared else torch.UntypedStorage(total)  # type: ignore[no-untyped-call]
+    )
+    return {name: view_of(storage, offset, dtype, shape) for (name, dtype, shape), offset in zip(specs, offsets, strict=True)}
