@@ -371,6 +371,20 @@ def test_faults_rotate_over_range_reads_of_both_origins(
     assert [r.fault for r in hub.range_reads()] == [None, "503", None, "429", None, "503"]
 
 
+def test_a_short_body_due_on_a_redirect_goes_to_the_next_range_read(
+    served: tuple[LoopbackHub, str], http: urllib3.PoolManager
+) -> None:
+    hub, sha = served
+    hub.fault_kinds = ["short"]
+    hub.fault_every = 2
+    first = http.request("GET", _resolve_url(hub, sha, VIDEO), headers={"Range": "bytes=0-9"}, redirect=False)
+    second = http.request("GET", _resolve_url(hub, sha, VIDEO), headers={"Range": "bytes=0-9"}, redirect=False)
+    assert (first.status, second.status) == (302, 302)  # the second was due a short body: a redirect has none
+    with pytest.raises(ProtocolError):
+        http.request("GET", second.headers["Location"], headers={"Range": "bytes=0-9999"}, retries=False)
+    assert [r.fault for r in hub.range_reads()] == [None, None, "short"]
+
+
 def test_expired_signed_urls_answer_403_until_resolved_again(
     served: tuple[LoopbackHub, str], http: urllib3.PoolManager
 ) -> None:

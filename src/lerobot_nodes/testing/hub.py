@@ -136,8 +136,10 @@ class _Handler(BaseHTTPRequestHandler):
                 response = self._route(request)
                 record.repo_revision = request.repo_revision
                 if fault == "short" and (response.length == 0 or self.command == "HEAD"):
-                    fault = record.fault = "close"  # nothing to cut short: the client still sees a fault
-                    response = None
+                    # Nothing to cut short (a redirect, a HEAD): the next range read gets it instead,
+                    # so which kinds are served does not depend on the order of concurrent reads.
+                    hub._defer_fault(fault)
+                    fault = record.fault = None
             if response is not None:
                 record.status = response.status
                 # Counted ahead of the writes for the same reason; a failed write corrects it.
@@ -306,6 +308,7 @@ class LoopbackServers:
         self._faults_lock = threading.Lock()
         self._range_reads = 0
         self._faults_injected = 0
+        self._deferred_faults: list[str] = []
         self._stopping = threading.Event()
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
@@ -389,15 +392,23 @@ class LoopbackServers:
             self._stopping.wait(seconds)  # stop() cuts it short
 
     def _take_fault(self) -> str | None:
-        """Count one range read; every ``fault_every``-th one gets the next fault kind in rotation."""
+        """Count one range read; every ``fault_every``-th one gets the next fault kind in rotation,
+        and a deferred fault goes to the very next range read."""
         with self._faults_lock:
             self._range_reads += 1
             every, kinds = self.fault_every, self.fault_kinds
+            if every > 0 and self._deferred_faults:
+                return self._deferred_faults.pop(0)
             if every <= 0 or not kinds or self._range_reads % every:
                 return None
             kind = kinds[self._faults_injected % len(kinds)]
             self._faults_injected += 1
             return kind
+
+    def _defer_fault(self, kind: str) -> None:
+        """Hand a fault this request could not carry to the next range read."""
+        with self._faults_lock:
+            self._deferred_faults.append(kind)
 
 
 class LoopbackHub(LoopbackServers):
