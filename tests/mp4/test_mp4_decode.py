@@ -17,12 +17,14 @@ import torch
 
 from lerobot_nodes.errors import FrameTimestampError, VideoIndexError
 from lerobot_nodes.mp4 import (
+    Clip,
     ClipDecoder,
     ClipPlan,
     VideoIndex,
     decode_clip,
     materialize_clip,
     read_clip,
+    read_clip_layout,
     read_index,
 )
 from lerobot_nodes.mp4.plan import plan_clip
@@ -69,9 +71,23 @@ def test_every_frame_of_random_spans_is_bit_identical(videos, variant):
         clip = _clip(path, plan)
         needed = [pts for pts in sorted(reference) if plan.first_needed_pts <= pts <= plan.last_needed_pts]
         assert len(needed) == plan.needed_count
-        frames = decode_clip(clip, [pts / index.timescale for pts in needed])
+        timestamps = [pts / index.timescale for pts in needed]
+        frames = decode_clip(clip, timestamps)
         for pts, frame in zip(needed, _hwc(frames), strict=True):
             np.testing.assert_array_equal(frame, reference[pts], err_msg=f"{variant} pts {pts}")
+        # The decoder of a planned clip takes the plan's layout and parses no moov: same frames.
+        torch.testing.assert_close(decode_clip(Clip(clip, plan.layout), timestamps), frames, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_plans_layout_is_what_the_clips_moov_says(videos, variant):
+    path = videos[variant]
+    index = read_index(path)
+    for from_s, to_s in _random_spans(index, 8, seed=7 + len(variant)):
+        plan = plan_clip(index, from_s, to_s)
+        parsed = read_clip_layout(_clip(path, plan))
+        assert plan.layout.equals(parsed), (variant, from_s, to_s)
+        assert plan.layout.offsets[0] == len(plan.header) and len(plan.layout) == plan.sample_count
 
 
 @pytest.mark.parametrize("variant", ["av1", "h264", "h264_open_gop", "h264_starts_at_7"])

@@ -4,6 +4,7 @@ Data flow (one module per step)::
 
     ByteSource --boxes--> moov --tables/index--> VideoIndex --plan--> ClipPlan
          --(fetch plan.byte_ranges)--> chunks --clip--> mini-MP4 bytes --decode--> frames
+                                                        plan.layout ----^
 
 Public API:
 
@@ -37,7 +38,9 @@ Public API:
 
 ``ClipDecoder(clip)``
     The reusable decoder behind ``decode_clip``: keeps codec state for forward access, restarts
-    at the key frame at or before a target for backward or random access.
+    at the key frame at or before a target for backward or random access. ``clip`` is a
+    ``Clip(bytes, plan.layout)`` (the plan's :class:`ClipLayout`: no ``moov`` parsed back) or
+    bare clip bytes (``read_clip_layout`` parses their ``moov``).
 
 Errors: :class:`~lerobot_nodes.errors.VideoIndexError` (naming the file and the reason) for
 MP4s that cannot be indexed: no video track, fragmented files, repeated or non-unit-rate edit
@@ -48,13 +51,16 @@ a clip's samples do not decode.
 from __future__ import annotations
 
 from ..errors import VideoDecodeError
-from .clip import ClipOrigin, materialize_clip, read_clip
+from .clip import materialize_clip, read_clip, read_clip_layout
 from .decode import ClipDecoder, DecodedFrameBudget, decode_clip
 from .index import VideoIndex, read_index, read_index_from_bytes, read_index_from_source
+from .layout import Clip, ClipLayout, ClipOrigin
 from .plan import ClipPlan, plan_clip
 
 __all__ = [
+    "Clip",
     "ClipDecoder",
+    "ClipLayout",
     "DecodedFrameBudget",
     "ClipOrigin",
     "ClipPlan",
@@ -64,6 +70,7 @@ __all__ = [
     "materialize_clip",
     "plan_clip",
     "read_clip",
+    "read_clip_layout",
     "read_index",
     "read_index_from_bytes",
     "read_index_from_source",

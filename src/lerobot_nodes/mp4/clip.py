@@ -20,29 +20,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import VideoIndexError
 from .boxes import children, locate_moov, parse_box_header
 from .index import VideoIndex, parse_moov
+from .layout import ClipLayout, ClipOrigin
 from .mux import CLIP_ORIGIN_UUID, ORIGIN_VERSION
 
 if TYPE_CHECKING:
     from .plan import ClipPlan
-
-
-@dataclass(frozen=True)
-class ClipOrigin:
-    """Where a clip's samples come from (read back from its ``uuid`` box)."""
-
-    path: str
-    time_offset: int
-    """Source pts = clip pts + ``time_offset`` (ticks of the clip's timescale)."""
-    source_sample_start: int
-    first_needed_pts: int
-    last_needed_pts: int
-    """Source presentation times of the first and last frame of the planned span."""
 
 
 def materialize_clip(plan: ClipPlan, chunks: Sequence[bytes | bytearray | memoryview]) -> bytes:
@@ -84,6 +71,23 @@ def read_clip(clip: bytes | bytearray | memoryview) -> tuple[VideoIndex, ClipOri
     return parse_moov(location.moov, len(view), origin.path, where), origin
 
 
+def read_clip_layout(clip: bytes | bytearray | memoryview) -> ClipLayout:
+    """The :class:`ClipLayout` of a clip, parsed from its ``moov`` (a planned clip has its layout
+    from the plan already: :attr:`ClipPlan.layout <lerobot_nodes.mp4.plan.ClipPlan.layout>`)."""
+    index, origin = read_clip(clip)
+    return ClipLayout(
+        codec=index.codec,
+        timescale=index.timescale,
+        codec_config=index.codec_config,
+        offsets=index.offsets,
+        sizes=index.sizes,
+        pts=index.pts + origin.time_offset,
+        dts=index.dts + origin.time_offset,
+        keyframes=index.keyframes,
+        origin=origin,
+    )
+
+
 def _read_origin(moov: bytes) -> ClipOrigin:
     moov_box = parse_box_header(moov, 0, len(moov), "<clip>")
     for box in children(moov, moov_box, "<clip>"):
@@ -102,4 +106,4 @@ def _read_origin(moov: bytes) -> ClipOrigin:
     raise VideoIndexError("<clip>: not a clip written by lerobot_nodes (no origin box in moov)")
 
 
-__all__ = ["CLIP_ORIGIN_UUID", "ClipOrigin", "materialize_clip", "read_clip"]
+__all__ = ["CLIP_ORIGIN_UUID", "ClipOrigin", "materialize_clip", "read_clip", "read_clip_layout"]

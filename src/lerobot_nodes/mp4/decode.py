@@ -39,7 +39,8 @@ from av.video.codeccontext import VideoCodecContext
 from ..depth import codes_to_tensor, depth_codes
 from ..errors import VideoDecodeError, VideoIndexError
 from ..file_video import tolerance_error
-from .clip import ClipOrigin, materialize_clip, read_clip
+from .clip import materialize_clip, read_clip_layout
+from .layout import Clip, ClipOrigin
 from .plan import ClipPlan
 from .rgb import RgbConverter
 
@@ -180,6 +181,10 @@ class ClipDecoder:
     decoding the whole file whatever the query order, cache size or budget. Calls are
     serialised by an internal lock; use one decoder per thread for parallel decoding.
 
+    ``clip`` is a :class:`~lerobot_nodes.mp4.layout.Clip` (the bytes and the layout its plan
+    made, as :class:`~lerobot_nodes.nodes.episode_fetch.EpisodeFetcher` delivers them) or bare
+    clip bytes, whose layout is then parsed from their ``moov``.
+
     Counters: ``samples_decoded`` (packets sent to the codec), ``restarts`` (seeks) and
     ``drains`` (GOPs ended by a drain instead of the next GOP's packets). A decoder serves one
     camera: RGB frames, or (``frames_at(..., depth=True)`` from the first call on) the codes of
@@ -188,39 +193,43 @@ class ClipDecoder:
 
     def __init__(
         self,
-        clip: bytes | bytearray | memoryview,
+        clip: Clip | bytes | bytearray | memoryview,
         *,
         frame_cache_size: int = DEFAULT_FRAME_CACHE_SIZE,
         frame_budget: DecodedFrameBudget | None = None,
     ) -> None:
-        self._clip = bytes(clip)
+        # A planned clip brings its layout; bare bytes have theirs parsed from the moov.
+        if isinstance(clip, Clip):
+            self._clip, layout = clip.data, clip.layout
+        else:
+            self._clip = bytes(clip)
+            layout = read_clip_layout(self._clip)
         self.depth: bool | None = None  # set by the first frames_at
-        index, origin = read_clip(self._clip)
-        self.origin: ClipOrigin = origin
-        self.path = origin.path
-        self.timescale = index.timescale
-        self.codec = index.codec
-        self._where = f"clip of {origin.path}"
-        if not index.keyframes[0]:
+        self.origin: ClipOrigin = layout.origin
+        self.path = layout.path
+        self.timescale = layout.timescale
+        self.codec = layout.codec
+        self._where = f"clip of {layout.path}"
+        if not layout.keyframes[0]:
             raise VideoIndexError(f"{self._where}: the clip does not start with a key frame")
-        self._offsets = index.offsets
-        self._sizes = index.sizes
-        self._pts = index.pts + origin.time_offset
-        self._dts = index.dts + origin.time_offset
-        self._keyframes = index.keyframe_indices
+        self._offsets = layout.offsets
+        self._sizes = layout.sizes
+        self._pts = layout.pts
+        self._dts = layout.dts
+        self._keyframes = np.flatnonzero(layout.keyframes)
         # Leading pictures of the first key frame (open GOP) reference frames outside the clip.
-        order = index.presentation_order
+        order = np.argsort(self._pts, kind="stable")
         presentable = order[self._pts[order] >= self._pts[0]]
         self._match_samples = presentable
         self._match_pts = self._pts[presentable]
         self._time_base = Fraction(1, self.timescale)
-        self._codec_name = decoder_name(index.codec)
-        self._extradata = index.codec_config
+        self._codec_name = decoder_name(layout.codec)
+        self._extradata = layout.codec_config
         self._frame_cache_size = max(1, frame_cache_size)
         self._budget = frame_budget if frame_budget is not None else DecodedFrameBudget(None)
         self._owner = self._budget.register()
         weakref.finalize(self, self._budget.forget, self._owner)
-        self._clean_cuts = _clean_cuts(self._pts) & np.append(index.keyframes, False)
+        self._clean_cuts = _clean_cuts(self._pts) & np.append(layout.keyframes, False)
         self._lock = threading.Lock()
         self._to_rgb = RgbConverter()
         self._context: VideoCodecContext | None = None
@@ -241,8 +250,9 @@ class ClipDecoder:
         frame_cache_size: int = DEFAULT_FRAME_CACHE_SIZE,
         frame_budget: DecodedFrameBudget | None = None,
     ) -> ClipDecoder:
-        """A decoder for the clip of ``plan`` built from its fetched ``chunks``."""
-        return cls(materialize_clip(plan, chunks), frame_cache_size=frame_cache_size, frame_budget=frame_budget)
+        """A decoder for the clip of ``plan`` built from its fetched ``chunks`` (its layout from the plan)."""
+        clip = Clip(materialize_clip(plan, chunks), plan.layout)
+        return cls(clip, frame_cache_size=frame_cache_size, frame_budget=frame_budget)
 
     # -- what the clip holds -------------------------------------------------------------
     @property
@@ -469,7 +479,7 @@ def frames_to_tensor(arrays: list[np.ndarray], return_uint8: bool, out: np.ndarr
 
 
 def decode_clip(
-    clip: bytes | bytearray | memoryview,
+    clip: Clip | bytes | bytearray | memoryview,
     timestamps_s: Sequence[float],
     tolerance_s: float = 1e-4,
     return_uint8: bool = True,

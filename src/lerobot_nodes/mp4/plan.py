@@ -2,7 +2,8 @@
 
 A :class:`ClipPlan` is computed from a :class:`~lerobot_nodes.mp4.index.VideoIndex` alone,
 before any payload byte is read, and carries everything :func:`~lerobot_nodes.mp4.clip.materialize_clip`
-needs (it does not keep a reference to the index).
+needs and the :class:`~lerobot_nodes.mp4.layout.ClipLayout` a decoder of the clip needs (it
+does not keep a reference to the index).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 from ..errors import FrameTimestampError, VideoIndexError
 from ..sources.ranges import ByteRange, coalesce
 from .index import VideoIndex
+from .layout import ClipLayout, ClipOrigin
 from .mux import ClipTables, build_clip_header
 
 
@@ -52,6 +54,8 @@ class ClipPlan:
     """``ftyp``, ``moov`` and the ``mdat`` header of the clip."""
     size: int
     tables: ClipTables
+    layout: ClipLayout
+    """The clip's samples as a decoder sees them (the tables its ``moov`` is written from)."""
 
     @property
     def sample_count(self) -> int:
@@ -97,6 +101,7 @@ def plan_clip(index: VideoIndex, from_s: float, to_s: float) -> ClipPlan:
     tables = _clip_tables(index, sample_start, sample_stop)
     time_offset = int(index.dts[sample_start])
     payload_size = int(sizes.sum())
+    last_needed_pts = int(sorted_pts[stop_rank - 1])
     header = build_clip_header(
         index,
         tables,
@@ -104,7 +109,23 @@ def plan_clip(index: VideoIndex, from_s: float, to_s: float) -> ClipPlan:
         time_offset=time_offset,
         source_sample_start=sample_start,
         first_needed_pts=first_needed_pts,
-        last_needed_pts=int(sorted_pts[stop_rank - 1]),
+        last_needed_pts=last_needed_pts,
+    )
+    # The clip's mdat holds the samples back to back, in decode order, right after the header.
+    clip_offsets = np.empty(len(sizes), dtype=np.int64)
+    clip_offsets[0] = len(header)
+    np.cumsum(sizes[:-1], out=clip_offsets[1:])
+    clip_offsets[1:] += len(header)
+    layout = ClipLayout(
+        codec=index.codec,
+        timescale=timescale,
+        codec_config=index.codec_config,
+        offsets=clip_offsets,
+        sizes=sizes,
+        pts=index.pts[sample_start:sample_stop],
+        dts=index.dts[sample_start:sample_stop],
+        keyframes=index.keyframes[sample_start:sample_stop],
+        origin=ClipOrigin(index.path, time_offset, sample_start, first_needed_pts, last_needed_pts),
     )
     return ClipPlan(
         path=index.path,
@@ -115,7 +136,7 @@ def plan_clip(index: VideoIndex, from_s: float, to_s: float) -> ClipPlan:
         sample_start=sample_start,
         sample_stop=sample_stop,
         first_needed_pts=first_needed_pts,
-        last_needed_pts=int(sorted_pts[stop_rank - 1]),
+        last_needed_pts=last_needed_pts,
         needed_count=stop_rank - first_rank,
         time_offset=time_offset,
         byte_ranges=byte_ranges,
@@ -124,6 +145,7 @@ def plan_clip(index: VideoIndex, from_s: float, to_s: float) -> ClipPlan:
         header=header,
         size=len(header) + payload_size,
         tables=tables,
+        layout=layout,
     )
 
 

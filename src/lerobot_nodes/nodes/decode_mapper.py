@@ -22,6 +22,7 @@ import torch
 from torchdata.nodes import BaseNode
 
 from ..mp4.decode import DecodedFrameBudget, VideoDecodeError
+from ..mp4.layout import Clip
 from ..sample import SampleSpec, assemble_sample
 from .batch_slots import BatchSlots
 from .episode_fetch import EpisodePayload, add_context
@@ -49,13 +50,14 @@ class ClipDecoderLike(Protocol):
     def close(self) -> None: ...
 
 
-ClipDecoderFactory = Callable[[bytes], ClipDecoderLike]
+ClipDecoderFactory = Callable[[Clip], ClipDecoderLike]
+"""``clip -> decoder``: the clip's bytes are ``clip.data``, its sample layout ``clip.layout``."""
 
 
 def _default_decoder_factory(frame_budget: DecodedFrameBudget) -> ClipDecoderFactory:
     from ..mp4 import ClipDecoder
 
-    def factory(clip: bytes) -> ClipDecoderLike:
+    def factory(clip: Clip) -> ClipDecoderLike:
         return ClipDecoder(clip, frame_budget=frame_budget)
 
     return factory
@@ -70,7 +72,7 @@ class DecoderLRU:
     instead of a second decoder seeking back. :meth:`checkin` returns it and closes the least
     recently used beyond capacity. :meth:`retire` closes an episode's decoders once its last
     sample is decoded. Decoders in use are not counted, so the total is at most ``capacity`` +
-    the number of decode threads. ``factory`` receives the clip bytes; decoded frames the
+    the number of decode threads. ``factory`` receives the :class:`Clip`; decoded frames the
     decoders keep are charged to ``frame_budget`` when the factory is the default one.
     """
 
@@ -93,7 +95,7 @@ class DecoderLRU:
         self._returned = threading.Condition(self._lock)
         self.opened = 0
 
-    def checkout(self, episode: int, key: str, clip: bytes) -> tuple[tuple[int, str, int], ClipDecoderLike]:
+    def checkout(self, episode: int, key: str, clip: Clip) -> tuple[tuple[int, str, int], ClipDecoderLike]:
         with self._lock:
             while (episode, key) in self._busy:
                 self._returned.wait()

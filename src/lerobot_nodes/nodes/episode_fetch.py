@@ -22,6 +22,7 @@ from ..episode_data import EpisodeData
 from ..errors import EpisodeFetchError, LeRobotNodesError
 from ..meta import DatasetMeta
 from ..mp4.index import VideoIndex
+from ..mp4.layout import Clip
 from ..mp4.plan import clip_gop_starts, plan_clip
 from ..parquet import EpisodeRowsPlan, EpisodeTableReader
 from ..sources import ByteRange, ByteSource
@@ -95,7 +96,8 @@ class EpisodePayload:
 
     episode: int
     data: EpisodeData
-    clips: dict[str, bytes] = field(default_factory=dict)
+    clips: dict[str, Clip] = field(default_factory=dict)
+    """Per camera, the materialised clip with the layout its plan made (decoders need no ``moov`` parse)."""
     clip_starts: dict[str, float] = field(default_factory=dict)
     """``from_timestamp`` of each camera's span: file time = this + episode-relative time."""
     clip_bytes: int = 0
@@ -237,7 +239,7 @@ class EpisodeFetcher:
             for request, clip_chunks in zip(requests, clips_chunks, strict=True):
                 ranges = list(request.plan.byte_ranges)
                 try:
-                    clip = materialize(request.plan, clip_chunks)
+                    clip = Clip(materialize(request.plan, clip_chunks), request.plan.layout)
                 except Exception as exc:
                     raise EpisodeFetchError(
                         f"episode {episode}: building the {request.key} clip from {request.path} "
