@@ -56,6 +56,7 @@ COUNTER_NAMES = (
 """Per-worker counters: sums, then the gauges."""
 
 _GAUGES = frozenset(GAUGE_NAMES)
+_COLUMN = {name: column for column, name in enumerate(COUNTER_NAMES)}
 _PEAKS = frozenset({"peak_reserved_bytes"})
 
 
@@ -98,14 +99,14 @@ class WorkerCounters:
         self._table = np.ndarray(self._shape, dtype=np.float64, buffer=self._memory.buf)
 
     def add(self, row: int, name: str, amount: float = 1.0) -> None:
-        column = COUNTER_NAMES.index(name)
+        column = _COLUMN[name]
         with self._lock:
             if name in _GAUGES:
                 self._table[row, column] = amount
             else:
                 self._table[row, column] += amount
             if name == "reserved_bytes":
-                peak = COUNTER_NAMES.index("peak_reserved_bytes")
+                peak = _COLUMN["peak_reserved_bytes"]
                 self._table[row, peak] = max(self._table[row, peak], amount)
 
     def totals(self) -> dict[str, float]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Sequence
 from fractions import Fraction
@@ -216,12 +217,20 @@ class ClipDecoder:
         self._sizes = layout.sizes
         self._pts = layout.pts
         self._dts = layout.dts
-        self._keyframes = np.flatnonzero(layout.keyframes)
+        self._keyframes: list[int] = np.flatnonzero(layout.keyframes).tolist()
         # Leading pictures of the first key frame (open GOP) reference frames outside the clip.
         order = np.argsort(self._pts, kind="stable")
         presentable = order[self._pts[order] >= self._pts[0]]
-        self._match_samples = presentable
         self._match_pts = self._pts[presentable]
+        # Per-query lookups run on Python lists: numpy's per-call cost dominates at one query a call.
+        self._match_samples: list[int] = presentable.tolist()
+        self._match_times: list[float] = (self._match_pts / self.timescale).tolist()
+        self._pts_list: list[int] = self._pts.tolist()  # per-query lookups on Python ints, not numpy scalars
+        self._charge_of_kind: tuple[tuple[int, int, str], int] | None = None
+        self._clip_view = memoryview(self._clip)
+        self._packet_fields: list[tuple[int, int, int, int]] = list(
+            zip(self._offsets.tolist(), self._sizes.tolist(), self._pts_list, self._dts.tolist(), strict=True)
+        )
         self._time_base = Fraction(1, self.timescale)
         self._codec_name = decoder_name(layout.codec)
         self._extradata = layout.codec_config
@@ -284,7 +293,7 @@ class ClipDecoder:
         :class:`~lerobot_nodes.errors.FrameTimestampError` (LeRobot's message) when a query has
         no frame within ``tolerance_s``, :class:`VideoDecodeError` when the codec fails.
         """
-        queries = np.asarray(timestamps_s, dtype=np.float64).reshape(-1)
+        queries: list[float] = np.asarray(timestamps_s, dtype=np.float64).reshape(-1).tolist()
         if len(queries) == 0:
             raise ValueError(f"{self._where}: no timestamps to decode")
         with self._lock:
@@ -292,11 +301,12 @@ class ClipDecoder:
                 self.depth = depth
             elif self.depth != depth:
                 raise ValueError(f"{self._where}: a ClipDecoder decodes either RGB or depth frames, not both")
+            pts_of = self._pts_list
             samples = self._match(queries, tolerance_s)
-            wanted = {int(self._pts[sample]) for sample in samples}
+            wanted = {pts_of[sample] for sample in samples}
             found: dict[int, _CachedFrame] = {}
-            for sample in sorted(set(samples.tolist()), key=lambda s: self._pts[s]):
-                pts = int(self._pts[sample])
+            for sample in sorted(set(samples), key=pts_of.__getitem__):
+                pts = pts_of[sample]
                 if pts in found:
                     continue
                 cached = self._budget.get(self._owner, pts)
@@ -304,7 +314,7 @@ class ClipDecoder:
                     found[pts] = cached
                     continue
                 self._decode_until(sample, wanted, found)
-            arrays = [found[int(self._pts[sample])].convert(self.depth, self._to_rgb) for sample in samples]
+            arrays = [found[pts_of[sample]].convert(self.depth, self._to_rgb) for sample in samples]
         return codes_to_tensor(arrays) if self.depth else frames_to_tensor(arrays, return_uint8, out)
 
     def close(self) -> None:
@@ -319,31 +329,38 @@ class ClipDecoder:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _match(self, queries: np.ndarray, tolerance_s: float) -> np.ndarray:
-        """The sample (decode index) presented nearest to each query; ties go to the earlier frame."""
-        times = self._match_pts / self.timescale
-        right = np.clip(np.searchsorted(times, queries, side="left"), 0, len(times) - 1)
-        left = np.clip(right - 1, 0, len(times) - 1)
-        take_left = np.abs(queries - times[left]) <= np.abs(times[right] - queries)
-        nearest = np.where(take_left, left, right)
-        distances = np.abs(times[nearest] - queries)
-        if not np.all(distances <= tolerance_s):
+    def _match(self, queries: list[float], tolerance_s: float) -> list[int]:
+        """The sample (decode index) presented nearest to each query; ties go to the earlier frame.
+
+        A Python loop over ``bisect``: a query costs about a microsecond, where numpy's per-call
+        overhead on these tiny arrays (one to a few queries per call) was tens of microseconds.
+        """
+        times = self._match_times
+        last = len(times) - 1
+        nearest = []
+        for query in queries:
+            right = min(bisect_left(times, query), last)
+            left = max(right - 1, 0)
+            nearest.append(left if abs(query - times[left]) <= abs(times[right] - query) else right)
+        distances = [abs(times[i] - query) for i, query in zip(nearest, queries, strict=True)]
+        if not all(distance <= tolerance_s for distance in distances):
             raise tolerance_error(
-                queries.tolist(), times[nearest].tolist(), distances, tolerance_s, self._where
+                queries, [times[i] for i in nearest], np.array(distances), tolerance_s, self._where
             )
-        return self._match_samples[nearest]
+        samples = self._match_samples
+        return [samples[i] for i in nearest]
 
     def _start_key(self, sample: int, pts: int) -> int:
         """The last key frame at or before ``sample`` whose pts is not after ``pts``."""
-        keys = self._keyframes
-        position = int(np.searchsorted(keys, sample, side="right")) - 1
-        while position > 0 and self._pts[keys[position]] > pts:
+        keys, pts_of = self._keyframes, self._pts_list
+        position = bisect_right(keys, sample) - 1
+        while position > 0 and pts_of[keys[position]] > pts:
             position -= 1
-        return int(keys[max(position, 0)])
+        return keys[max(position, 0)]
 
     def _decode_until(self, sample: int, wanted: set[int], found: dict[int, _CachedFrame]) -> None:
         """Decode until the frame of ``sample`` is output, collecting every wanted frame on the way."""
-        pts = int(self._pts[sample])
+        pts = self._pts_list[sample]
         key = self._start_key(sample, pts)
         resumable = (
             self._context is not None
@@ -414,10 +431,10 @@ class ClipDecoder:
         assert context is not None
         packet = None
         if sample is not None:
-            start = int(self._offsets[sample])
-            packet = av.Packet(self._clip[start : start + int(self._sizes[sample])])
-            packet.pts = int(self._pts[sample])
-            packet.dts = int(self._dts[sample])
+            start, size, pts, dts = self._packet_fields[sample]
+            packet = av.Packet(self._clip_view[start : start + size])
+            packet.pts = pts
+            packet.dts = dts
             packet.time_base = self._time_base
             self.samples_decoded += 1
         try:
@@ -433,7 +450,14 @@ class ClipDecoder:
             return
         self._last_output_pts = pts if self._last_output_pts is None else max(self._last_output_pts, pts)
         entry = _CachedFrame(frame)
-        charge = frame_charge(frame)
+        # One stream's frames share a size and format: their charge is computed once per kind.
+        kind = (frame.width, frame.height, frame.format.name)
+        known = self._charge_of_kind
+        if known is not None and known[0] == kind:
+            charge = known[1]
+        else:
+            charge = frame_charge(frame)
+            self._charge_of_kind = (kind, charge)
         if pts in wanted:
             entry.convert(bool(self.depth), self._to_rgb)
             found[pts] = entry
