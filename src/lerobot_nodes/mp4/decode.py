@@ -227,7 +227,6 @@ class ClipDecoder:
         self._match_times: list[float] = (self._match_pts / self.timescale).tolist()
         self._pts_list: list[int] = self._pts.tolist()  # per-query lookups on Python ints, not numpy scalars
         self._charge_of_kind: tuple[tuple[int, int, str], int] | None = None
-        self._clip_view = memoryview(self._clip)
         self._packet_fields: list[tuple[int, int, int, int]] = list(
             zip(self._offsets.tolist(), self._sizes.tolist(), self._pts_list, self._dts.tolist(), strict=True)
         )
@@ -432,7 +431,7 @@ class ClipDecoder:
         packet = None
         if sample is not None:
             start, size, pts, dts = self._packet_fields[sample]
-            packet = av.Packet(self._clip_view[start : start + size])
+            packet = av.Packet(self._clip[start : start + size])
             packet.pts = pts
             packet.dts = dts
             packet.time_base = self._time_base

@@ -60,7 +60,7 @@ class RgbConverter:
         for channel, index in enumerate(_PLANAR_ORDER):
             plane = planes[index]
             line = plane.line_size
-            rows = np.frombuffer(plane, dtype=np.uint8, count=height * line)
+            rows = np.frombuffer(memoryview(plane), dtype=np.uint8, count=height * line)
             out[channel] = rows.reshape(height, width) if line == width else rows.reshape(height, line)[:, :width]
         return out
 
