@@ -55,7 +55,8 @@ each frame fewer is 17 MB less there (16 decoders at 480x640). The shared
 
 
 def frame_charge(frame: av.VideoFrame) -> int:
-    """Bytes a cached decoded frame is charged: the larger of its YUV planes and its RGB form."""
+    """Bytes a cached decoded frame is charged: the larger of its planes and its RGB form (frames
+    are kept as decoded and converted per query, so this is an upper bound of what it holds)."""
     planes = sum(int(plane.buffer_size) for plane in frame.planes)
     return max(planes, int(frame.width) * int(frame.height) * 3)
 
@@ -80,7 +81,7 @@ class DecodedFrameBudget:
         self.limit_bytes = limit_bytes
         self._lock = threading.Lock()
         self._order: OrderedDict[tuple[int, int], int] = OrderedDict()  # (owner, pts) -> bytes, LRU first
-        self._frames: dict[int, OrderedDict[int, _CachedFrame]] = {}
+        self._frames: dict[int, OrderedDict[int, av.VideoFrame]] = {}
         self._owners = 0
         self.resident_bytes = 0
         self.peak_bytes = 0
@@ -99,7 +100,7 @@ class DecodedFrameBudget:
             self._frames[self._owners] = OrderedDict()
             return self._owners
 
-    def get(self, owner: int, pts: int) -> _CachedFrame | None:
+    def get(self, owner: int, pts: int) -> av.VideoFrame | None:
         with self._lock:
             frames = self._frames.get(owner)
             entry = frames.get(pts) if frames is not None else None
@@ -108,7 +109,7 @@ class DecodedFrameBudget:
                 self._order.move_to_end((owner, pts))
             return entry
 
-    def put(self, owner: int, pts: int, entry: _CachedFrame, charge: int, owner_limit: int) -> None:
+    def put(self, owner: int, pts: int, entry: av.VideoFrame, charge: int, owner_limit: int) -> None:
         """Keep ``entry``; drop this owner's oldest beyond ``owner_limit`` frames, then any LRU over the budget."""
         with self._lock:
             frames = self._frames.setdefault(owner, OrderedDict())
@@ -151,23 +152,6 @@ def decoder_name(codec: str) -> str:
     if codec in ("h264", "hevc"):
         return codec
     raise VideoIndexError(f"unsupported codec {codec!r}")
-
-
-class _CachedFrame:
-    """A decoded frame, converted on first use (RGB ``(3, H, W)``, or depth codes; the decoder buffer is released then)."""
-
-    __slots__ = ("frame", "array")
-
-    def __init__(self, frame: av.VideoFrame) -> None:
-        self.frame: av.VideoFrame | None = frame
-        self.array: np.ndarray | None = None
-
-    def convert(self, depth: bool, to_rgb: RgbConverter) -> np.ndarray:
-        if self.array is None:
-            assert self.frame is not None
-            self.array = depth_codes(self.frame) if depth else to_rgb(self.frame)
-            self.frame = None
-        return self.array
 
 
 class ClipDecoder:
@@ -303,7 +287,7 @@ class ClipDecoder:
             pts_of = self._pts_list
             samples = self._match(queries, tolerance_s)
             wanted = {pts_of[sample] for sample in samples}
-            found: dict[int, _CachedFrame] = {}
+            found: dict[int, av.VideoFrame] = {}
             for sample in sorted(set(samples), key=pts_of.__getitem__):
                 pts = pts_of[sample]
                 if pts in found:
@@ -313,8 +297,35 @@ class ClipDecoder:
                     found[pts] = cached
                     continue
                 self._decode_until(sample, wanted, found)
-            arrays = [found[pts_of[sample]].convert(self.depth, self._to_rgb) for sample in samples]
-        return codes_to_tensor(arrays) if self.depth else frames_to_tensor(arrays, return_uint8, out)
+            frames = [found[pts_of[sample]] for sample in samples]
+            if self.depth:
+                return codes_to_tensor([depth_codes(frame) for frame in frames])
+            return self._rgb_tensor(frames, return_uint8, out)
+
+    def _rgb_tensor(self, frames: list[av.VideoFrame], return_uint8: bool, out: np.ndarray | None) -> torch.Tensor:
+        """RGB ``(T, 3, H, W)`` of ``frames``: uint8, or float32 ``uint8 / 255``; into ``out`` when it
+        has that shape and dtype (a sample's place in its batch), else into a new array.
+
+        Each frame is converted straight into its place (one copy; the cache keeps the decoded
+        frame, not an RGB copy of it); a frame repeated in the query is copied from its first place.
+        The division runs in numpy on the calling thread: torch's intra-op threads would compete
+        with other decode threads for the same cores. The values equal ``torch_uint8.float() / 255``
+        bit for bit (both divide correctly rounded in float32).
+        """
+        dtype = np.uint8 if return_uint8 else np.float32
+        shape = (len(frames), 3, frames[0].height, frames[0].width)
+        if out is None or out.shape != shape or out.dtype != dtype:
+            out = np.empty(shape, dtype=dtype)
+        first_place: dict[int, int] = {}
+        for position, frame in enumerate(frames):
+            earlier = first_place.setdefault(id(frame), position)
+            if earlier != position:
+                out[position] = out[earlier]
+            elif return_uint8:
+                self._to_rgb(frame, out[position])
+            else:
+                np.divide(self._to_rgb(frame), np.float32(255), out=out[position], dtype=np.float32)
+        return torch.from_numpy(out)
 
     def close(self) -> None:
         """Release the codec context and cached frames (the decoder can still be used after)."""
@@ -357,7 +368,7 @@ class ClipDecoder:
             position -= 1
         return keys[max(position, 0)]
 
-    def _decode_until(self, sample: int, wanted: set[int], found: dict[int, _CachedFrame]) -> None:
+    def _decode_until(self, sample: int, wanted: set[int], found: dict[int, av.VideoFrame]) -> None:
         """Decode until the frame of ``sample`` is output, collecting every wanted frame on the way."""
         pts = self._pts_list[sample]
         key = self._start_key(sample, pts)
@@ -442,13 +453,12 @@ class ClipDecoder:
             where = "flushing" if sample is None else f"sample {sample}"
             raise VideoDecodeError(f"{self._where}: decoding failed at {where}: {error}") from None
 
-    def _accept(self, frame: av.VideoFrame, wanted: set[int], found: dict[int, _CachedFrame]) -> None:
+    def _accept(self, frame: av.VideoFrame, wanted: set[int], found: dict[int, av.VideoFrame]) -> None:
         pts = frame.pts
         # Frames before the restart key frame are leading pictures whose references were not decoded.
         if pts is None or pts < self._valid_from_pts:
             return
         self._last_output_pts = pts if self._last_output_pts is None else max(self._last_output_pts, pts)
-        entry = _CachedFrame(frame)
         # One stream's frames share a size and format: their charge is computed once per kind.
         kind = (frame.width, frame.height, frame.format.name)
         known = self._charge_of_kind
@@ -458,9 +468,8 @@ class ClipDecoder:
             charge = frame_charge(frame)
             self._charge_of_kind = (kind, charge)
         if pts in wanted:
-            entry.convert(bool(self.depth), self._to_rgb)
-            found[pts] = entry
-        self._budget.put(self._owner, pts, entry, charge, self._frame_cache_size)
+            found[pts] = frame
+        self._budget.put(self._owner, pts, frame, charge, self._frame_cache_size)
 
 
 def _clean_cuts(pts: np.ndarray) -> np.ndarray:
@@ -478,27 +487,6 @@ def _clean_cuts(pts: np.ndarray) -> np.ndarray:
         # ... and the cut's key frame is presented first among the rest (no leading pictures).
         cuts[1:count] = (before[:-1] < after[1:]) & (pts[1:] == after[1:])
     return cuts
-
-
-def frames_to_tensor(arrays: list[np.ndarray], return_uint8: bool, out: np.ndarray | None = None) -> torch.Tensor:
-    """Stack RGB ``(3, H, W)`` arrays into ``(T, 3, H, W)``: uint8, or float32 ``uint8 / 255``.
-
-    Into ``out`` when it has that shape and dtype (a sample's place in its batch), else into a
-    new array; either way a copy, the arrays stay in the decoded-frame cache. The division runs
-    in numpy on the calling thread: torch's intra-op threads would compete with other decode
-    threads for the same cores. The values equal ``torch_uint8.float() / 255`` bit for bit
-    (both divide correctly rounded in float32).
-    """
-    dtype = np.uint8 if return_uint8 else np.float32
-    shape = (len(arrays), *arrays[0].shape)
-    if out is None or out.shape != shape or out.dtype != dtype:
-        out = np.empty(shape, dtype=dtype)
-    for position, array in enumerate(arrays):
-        if return_uint8:
-            out[position] = array
-        else:
-            np.divide(array, np.float32(255), out=out[position], dtype=np.float32)
-    return torch.from_numpy(out)
 
 
 def decode_clip(

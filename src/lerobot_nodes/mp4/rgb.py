@@ -44,18 +44,20 @@ class RgbConverter:
         self._reformatter = VideoReformatter()
         self._options = {"threads": 1} if ONE_SWSCALE_THREAD else {}
 
-    def __call__(self, frame: av.VideoFrame) -> np.ndarray:
-        """``frame`` as RGB ``(3, H, W)`` uint8, equal to ``to_ndarray(format="rgb24")`` permuted to CHW."""
+    def __call__(self, frame: av.VideoFrame, out: np.ndarray | None = None) -> np.ndarray:
+        """``frame`` as RGB ``(3, H, W)`` uint8, equal to ``to_ndarray(format="rgb24")`` permuted to
+        CHW; written into ``out`` (a ``(3, H, W)`` uint8 array) when given, else into a new array."""
+        if out is None:
+            out = np.empty((3, frame.height, frame.width), dtype=np.uint8)
         kind = _kind(frame)
         agrees = _planar_agrees.get(kind)
         if agrees is None:
             agrees = self._check(frame, kind)
-        return self._planar(frame) if agrees else self._packed(frame)
+        return self._planar(frame, out) if agrees else self._packed(frame, out)
 
-    def _planar(self, frame: av.VideoFrame) -> np.ndarray:
+    def _planar(self, frame: av.VideoFrame, out: np.ndarray) -> np.ndarray:
         converted = self._reformatter.reformat(frame, format="gbrp", **self._options)
         height, width = converted.height, converted.width
-        out = np.empty((3, height, width), dtype=np.uint8)
         planes = converted.planes
         for channel, index in enumerate(_PLANAR_ORDER):
             plane = planes[index]
@@ -64,12 +66,15 @@ class RgbConverter:
             out[channel] = rows.reshape(height, width) if line == width else rows.reshape(height, line)[:, :width]
         return out
 
-    def _packed(self, frame: av.VideoFrame) -> np.ndarray:
+    def _packed(self, frame: av.VideoFrame, out: np.ndarray) -> np.ndarray:
         rgb = self._reformatter.reformat(frame, format="rgb24", **self._options).to_ndarray()
-        return np.ascontiguousarray(rgb.transpose(2, 0, 1))
+        out[...] = rgb.transpose(2, 0, 1)
+        return out
 
     def _check(self, frame: av.VideoFrame, kind: _FrameKind) -> bool:
-        agrees = bool(np.array_equal(self._planar(frame), self._packed(frame)))
+        shape = (3, frame.height, frame.width)
+        planar = self._planar(frame, np.empty(shape, dtype=np.uint8))
+        agrees = bool(np.array_equal(planar, self._packed(frame, np.empty(shape, dtype=np.uint8))))
         with _check_lock:
             _planar_agrees.setdefault(kind, agrees)
         return agrees
