@@ -197,23 +197,21 @@ class ClipDecoder:
         self._where = f"clip of {layout.path}"
         if not layout.keyframes[0]:
             raise VideoIndexError(f"{self._where}: the clip does not start with a key frame")
-        self._offsets = layout.offsets
-        self._sizes = layout.sizes
-        self._pts = layout.pts
-        self._dts = layout.dts
+        pts = layout.pts
+        self._sample_count = len(layout)
         self._keyframes: list[int] = np.flatnonzero(layout.keyframes).tolist()
         # Leading pictures of the first key frame (open GOP) reference frames outside the clip.
-        order = np.argsort(self._pts, kind="stable")
-        presentable = order[self._pts[order] >= self._pts[0]]
-        self._match_pts = self._pts[presentable]
-        # Per-query lookups run on Python lists: numpy's per-call cost dominates at one query a call.
+        order = np.argsort(pts, kind="stable")
+        presentable = order[pts[order] >= pts[0]]
+        # Per-query lookups run on Python lists and ints: numpy's per-call cost dominates at one
+        # query a call.
         self._match_samples: list[int] = presentable.tolist()
-        self._match_times: list[float] = (self._match_pts / self.timescale).tolist()
-        self._pts_list: list[int] = self._pts.tolist()  # per-query lookups on Python ints, not numpy scalars
-        self._charge_of_kind: tuple[tuple[int, int, str], int] | None = None
+        self._match_times: list[float] = (pts[presentable] / self.timescale).tolist()
+        self._pts_list: list[int] = pts.tolist()
         self._packet_fields: list[tuple[int, int, int, int]] = list(
-            zip(self._offsets.tolist(), self._sizes.tolist(), self._pts_list, self._dts.tolist(), strict=True)
+            zip(layout.offsets.tolist(), layout.sizes.tolist(), self._pts_list, layout.dts.tolist(), strict=True)
         )
+        self._charge_of_kind: tuple[tuple[int, int, str], int] | None = None
         self._time_base = Fraction(1, self.timescale)
         self._codec_name = decoder_name(layout.codec)
         self._extradata = layout.codec_config
@@ -221,7 +219,7 @@ class ClipDecoder:
         self._budget = frame_budget if frame_budget is not None else DecodedFrameBudget(None)
         self._owner = self._budget.register()
         weakref.finalize(self, self._budget.forget, self._owner)
-        self._clean_cuts = _clean_cuts(self._pts) & np.append(layout.keyframes, False)
+        self._clean_cuts: list[bool] = (_clean_cuts(pts) & np.append(layout.keyframes, False)).tolist()
         self._lock = threading.Lock()
         self._to_rgb = RgbConverter()
         self._context: VideoCodecContext | None = None
@@ -250,7 +248,7 @@ class ClipDecoder:
     @property
     def timestamps_s(self) -> np.ndarray:
         """Source timestamps (seconds, ascending) of every frame the clip can produce."""
-        return self._match_pts / self.timescale
+        return np.array(self._match_times)
 
     @property
     def needed_span_s(self) -> tuple[float, float]:
@@ -382,12 +380,12 @@ class ClipDecoder:
             self._restart(key)
         # Each step sends one packet, drains or restarts: on any clip that would be fewer than
         # three passes over it. More means corrupt samples keep the frame from coming: stop.
-        steps_left = 3 * (len(self._sizes) + 2)
+        steps_left = 3 * (self._sample_count + 2)
         while pts not in found:
             steps_left -= 1
             if steps_left < 0:
                 raise self._no_frame_error(pts)
-            if self._drained and self._next_sample < len(self._sizes):
+            if self._drained and self._next_sample < self._sample_count:
                 # Drained at a clean cut: everything presented before it was output.
                 cut = self._next_sample
                 if sample < cut:
@@ -395,12 +393,12 @@ class ClipDecoder:
                     # its key frame would only drain at this cut again (corrupt samples).
                     raise self._no_frame_error(pts)
                 # The frame is at or after the cut: decoding goes on from there, nothing lost.
-                if key <= cut and pts >= self._pts[cut]:
+                if key <= cut and pts >= self._pts_list[cut]:
                     self._restart(cut, seek=False)  # not a seek: decoding goes on where it stopped
                 else:
                     self._restart(key)
                 continue
-            if self._next_sample < len(self._sizes):
+            if self._next_sample < self._sample_count:
                 if self._clean_cuts[self._next_sample] and sample < self._next_sample:
                     frames = self._send(None)
                     self._drained = True
@@ -432,7 +430,7 @@ class ClipDecoder:
             self._context.flush_buffers()
         self.restarts += int(seek)
         self._next_sample = key
-        self._valid_from_pts = int(self._pts[key])
+        self._valid_from_pts = self._pts_list[key]
         self._last_output_pts = None
         self._drained = False
 

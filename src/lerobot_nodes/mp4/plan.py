@@ -53,7 +53,6 @@ class ClipPlan:
     header: bytes
     """``ftyp``, ``moov`` and the ``mdat`` header of the clip."""
     size: int
-    tables: ClipTables
     layout: ClipLayout
     """The clip's samples as a decoder sees them (the tables its ``moov`` is written from)."""
 
@@ -144,7 +143,6 @@ def plan_clip(index: VideoIndex, from_s: float, to_s: float) -> ClipPlan:
         payload_size=payload_size,
         header=header,
         size=len(header) + payload_size,
-        tables=tables,
         layout=layout,
     )
 
