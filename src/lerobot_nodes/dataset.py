@@ -61,10 +61,12 @@ from .sources.listed import ListedHttpSource
 from .sources.resolve import open_source
 from .video_checks import check_video_metadata
 from .worker_logs import WorkerLogRelay
+from .worker_server import CONTEXT as WORKER_CONTEXT
+from .worker_server import WorkerContext
 
 logger = logging.getLogger("lerobot_nodes.dataset")
 
-# worker_context() has the forkserver preload this module: there (and only there) this ties
+# A workers' server started as a new interpreter preloads this module: there (and only there) this ties
 # the server's life to the training process that started it.
 guard_forkserver()
 
@@ -612,6 +614,8 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
         context = kwargs.pop("multiprocessing_context", None) or worker_context()
         if isinstance(context, str):
             context = multiprocessing.get_context(context)
+        if isinstance(context, WorkerContext):
+            context.start_server()  # before the log relay's thread, which would rule out a fork
         relay = WorkerLogRelay(context)
         options.update(
             persistent_workers=True,
@@ -664,29 +668,29 @@ def shutdown_dataloader(loader: Any) -> None:
 def start_worker_context() -> multiprocessing.context.BaseContext:
     """Start the process DataLoader workers are forked from now, rather than at the first ``iter()``.
 
-    The forkserver imports torch, PyAV and this package once (about 1.5 s here); started before
-    the dataset and the policy are built, that import overlaps with them instead of delaying
-    the first batch. ``lerobot-nodes train`` and ``stream`` call it when ``--num_workers`` > 0.
-    Idempotent; returns :func:`worker_context`. With ``spawn`` (no forkserver) it does nothing.
+    Called before the dataset and the policy are built, while this process runs no other
+    thread, it forks this process into the workers' server (``lerobot_nodes.worker_server``):
+    workers then arrive with torch, PyAV and this package imported, instead of waiting for a
+    new interpreter to import them (about 2 s here). ``lerobot-nodes train`` and ``stream``
+    and the ``lerobot-train`` drop-in call it when ``--num_workers`` > 0. Idempotent; returns
+    :func:`worker_context`. With ``spawn`` (no forkserver) it does nothing.
     """
     context = worker_context()
-    if context.get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
+    if isinstance(context, WorkerContext):
+        context.start_server()
     return context
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
-    """How DataLoader workers start: a clean process, never a fork of the training process.
+    """How DataLoader workers start: from a server process, never forked from a busy training process.
 
-    A forked worker inherits FFmpeg decoders whose threads stayed in the parent, and freeing
-    them crashes the worker (LeRobot trains with ``spawn`` for this reason). ``forkserver``
-    starts workers as clean as ``spawn`` but imports this package once, in the server; that
-    import also makes the server end with the process that started it (``lerobot_nodes.lifeline``).
+    A worker forked from the training process once it has decoded video inherits FFmpeg
+    decoders whose threads stayed in the parent, and freeing them crashes the worker (LeRobot
+    trains with ``spawn`` for this reason). Workers are forked from a server instead: a copy
+    of this process made while it is still plain (:func:`start_worker_context`), or else a new
+    interpreter importing this package, which also makes the server end with the process that
+    started it (``lerobot_nodes.lifeline``). ``spawn`` where there is no forkserver.
     """
     if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["lerobot_nodes.dataset"])
-        return context
+        return WORKER_CONTEXT
     return multiprocessing.get_context("spawn")

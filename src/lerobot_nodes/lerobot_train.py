@@ -294,7 +294,7 @@ class TrainingSession:
         if not isinstance(cfg.dataset.repo_id, str):
             raise ConfigError("--dataset.repo_id must name one dataset: LeRobot does not train on several either")
         if int(cfg.num_workers) > 0:
-            start_worker_context()  # the workers' imports overlap with the dataset and the policy being built
+            start_worker_context()  # forked before the dataset and the policy: workers need not import torch again
         meta = LeRobotDatasetMetadata(
             cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision, repo_type=cfg.dataset.repo_type
         )

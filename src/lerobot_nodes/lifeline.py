@@ -15,8 +15,9 @@ This module breaks the cycle from both ends:
   thread waits on the training process itself and ends the worker with ``os._exit`` the
   moment it is gone. A worker forked by a forkserver also asks Linux for SIGKILL when the
   server dies (``PR_SET_PDEATHSIG``), which ends it even when its own threads are stuck.
-- :func:`guard_forkserver`, in the forkserver (run when the server preloads
-  ``lerobot_nodes.dataset``): the same wait on the process that started the server.
+- :func:`guard_server`, in the process workers are forked from (the forkserver runs it when
+  it preloads ``lerobot_nodes.dataset``, :mod:`lerobot_nodes.worker_server` right after its
+  fork): the same wait on the process that started the server.
 
 Once they are gone the resource tracker's pipe closes, so it unlinks the shared-memory
 segments and semaphores the training process registered (a killed process never unlinks
@@ -156,7 +157,18 @@ def guard_forkserver() -> bool:
     parent-death signal), and it forks from its main thread, so its watch thread is never
     copied into a worker.
     """
-    if not _imported_by_forkserver() or not _claim():
+    if not _imported_by_forkserver():
+        return False
+    return guard_server()
+
+
+def guard_server() -> bool:
+    """In a process that forks DataLoader workers: end it as soon as the process that started it is gone.
+
+    For the forkserver (:func:`guard_forkserver`) and for ``lerobot_nodes.worker_server``'s
+    fork of the training process. False when this process is already guarded.
+    """
+    if not _claim():
         return False
     starter = os.getppid()
     pidfd = _pidfd(starter)

@@ -2,8 +2,8 @@
 
 Real processes and real signals: a streaming run (the ``stream`` command, or a user's own
 script) is started in its own session and left to stream; then its process tree is
-recorded from ``/proc`` (children recursively, plus the forkserver and the resource tracker
-found by command line in its session), the training process alone gets the signal (as
+recorded from ``/proc`` (children recursively: the workers' server and the workers; plus a
+stdlib forkserver and the resource tracker, found by command line in its session), the training process alone gets the signal (as
 ``kill``, SLURM and ``docker stop`` send it), and every recorded process must be gone within
 5 s, with no ``/dev/shm`` segment of the run left behind. Linux only, like ``/proc``.
 """
@@ -36,6 +36,7 @@ class Proc:
     """A process, told apart from a later one with a recycled pid by its start time."""
 
     pid: int
+    parent: int
     started: str
     command: str
 
@@ -90,7 +91,15 @@ def process_tree(root: int) -> dict[int, Proc]:
         if int(fields[3]) == root and any(name in _command(pid) for name in ("forkserver", "resource_tracker")):
             found.add(pid)
     # fields[19] is the start time: with the pid it names one process for good.
-    return {pid: Proc(pid, processes[pid][19], _command(pid)) for pid in found}
+    return {pid: Proc(pid, int(processes[pid][1]), processes[pid][19], _command(pid)) for pid in found}
+
+
+def worker_server(root: int, tree: dict[int, Proc]) -> Proc:
+    """The process the workers were forked from: the training process's fork
+    (``lerobot_nodes.worker_server``, role "python") or a stdlib forkserver."""
+    servers = [p for p in tree.values() if p.parent == root and any(q.parent == p.pid for q in tree.values())]
+    assert len(servers) == 1, tree
+    return servers[0]
 
 
 def is_gone(proc: Proc) -> bool:
@@ -154,7 +163,7 @@ class Run:
             time.sleep(0.02)
 
 
-def start(command: list[str], record: Path, tmp_path: Path) -> Run:
+def start(command: list[str], record: Path, tmp_path: Path, server_role: str = "python") -> Run:
     before = shm_names()
     stderr = tmp_path / "stderr.txt"
     with open(stderr, "w") as err:
@@ -162,9 +171,12 @@ def start(command: list[str], record: Path, tmp_path: Path) -> Run:
     try:
         wait_until_streaming(process, record)
         tree = process_tree(process.pid)
-        roles = sorted(proc.role for proc in tree.values())
-        # trainer, forkserver, resource tracker, and two workers forked by the server
-        assert roles == ["forkserver", "forkserver", "forkserver", "python", "resource tracker"], tree
+        server = worker_server(process.pid, tree)
+        assert server.role == server_role, tree
+        workers = [proc for proc in tree.values() if proc.parent == server.pid]
+        others = sorted(proc.role for proc in tree.values() if proc not in (server, *workers))
+        # trainer, server, resource tracker, and two workers forked by the server
+        assert len(workers) == 2 and others == ["python", "resource tracker"], tree
         segments = mapped_segments(tree) - before
         assert any(name.startswith("psm_") for name in segments), segments  # the metrics counters
     except BaseException:
@@ -200,7 +212,8 @@ def test_stream_command_leaves_nothing_behind(small_dataset, tmp_path, signum):
 def test_killed_training_script_leaves_nothing_behind(small_dataset, tmp_path, how):
     record = tmp_path / "batches.txt"
     command = [sys.executable, str(SCRIPTS / "library_loop.py"), str(small_dataset), str(record), how]
-    run = start(command, record, tmp_path)
+    # A plain StatefulDataLoader given "forkserver" gets the stdlib's.
+    run = start(command, record, tmp_path, "python" if how == "streaming_dataloader" else "forkserver")
     left = run.signal_and_wait(signal.SIGKILL)
     assert not left, f"{GONE_WITHIN_S} s after SIGKILL: {left}"
 

@@ -147,7 +147,7 @@ def run_stream(
     if checkpoint is not None and "seed" in checkpoint and "seed" not in training_options:
         seed = checkpoint["seed"]
     if num_workers > 0:
-        start_worker_context()  # the workers' imports overlap with opening the dataset
+        start_worker_context()  # forked while this process is plain: workers need not import torch again
     dataset = StreamingLeRobotDataset(
         **common, seed=seed, max_num_shards=max(1, num_workers), config=config
     )

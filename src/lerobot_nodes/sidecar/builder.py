@@ -68,6 +68,13 @@ def _common_folder(paths: Sequence[str]) -> str:
     return "/".join(common) + "/" if common else ""
 
 
+class _IndexingBar(tqdm):  # type: ignore[type-arg]
+    """A tqdm bar without tqdm's monitor thread, which would outlive the build and keep the
+    training process from being forked into the workers' server (``lerobot_nodes.worker_server``)."""
+
+    monitor_interval = 0
+
+
 class BuildProgress:
     """Progress of one build: a tqdm bar (on terminals) and log lines at start, every 10 s, and end."""
 
@@ -80,7 +87,7 @@ class BuildProgress:
         self._last_log = self.started
         # disable=None lets tqdm show the bar only on a terminal.
         disable = None if show_bar is None else not show_bar
-        self._bar = tqdm(total=total, unit="file", desc="indexing MP4s", disable=disable, file=sys.stderr)
+        self._bar = _IndexingBar(total=total, unit="file", desc="indexing MP4s", disable=disable, file=sys.stderr)
         log.info("building MP4 sample indexes of %d video files (%s)", total, what)
 
     def advance(self, samples: int) -> None:
