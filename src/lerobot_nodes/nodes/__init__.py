@@ -2,9 +2,11 @@
 
 ::
 
-    RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer [-> SampleBatcher]
-    (sharder.py)         (pool_sampler.py)     (prefetcher.py,    (decode_mapper.py, (ordered_buffer.py) (batcher.py)
+    RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer [-> SampleBatcher
+    (sharder.py)         (pool_sampler.py)     (prefetcher.py,    (decode_mapper.py, (ordered_buffer.py)  (batcher.py)
                                                 byte_cache.py)     batch_slots.py)
+        -> HeapTrimmer]
+           (heap_trimmer.py)
 
 :func:`build_streaming_graph` builds the whole graph of one worker from plain values.
 """
@@ -24,6 +26,7 @@ from .episode_fetch import (
     direct_index_provider,
 )
 from .graph import StreamingGraph, build_streaming_graph
+from .heap_trimmer import HeapTrimmer
 from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
 from .pool_sampler import EpisodePoolSampler, ScheduleItem, frame_order
@@ -37,6 +40,7 @@ from .sharder import (
 )
 
 __all__ = [
+    "HeapTrimmer",
     "BatchSlots",
     "ByteBudget",
     "ByteBudgetError",

@@ -3,7 +3,7 @@
 ::
 
     RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer
-        [-> SampleBatcher]
+        [-> SampleBatcher -> HeapTrimmer]
 
 :func:`build_streaming_graph` takes plain values only (source, metadata, selected episodes,
 topology, config, seed, epoch), so an ``IterableDataset`` can call it inside each worker with
@@ -31,11 +31,15 @@ from .batcher import SampleBatcher
 from .byte_cache import ByteBudget, EpisodeByteCache
 from .decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, apply_image_transforms
 from .episode_fetch import EpisodeFetcher, VideoIndexProvider, default_index_provider, preferring_opened
+from .heap_trimmer import HeapTrimmer
 from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
 from .pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
 from .prefetcher import BytePrefetcher
 from .sharder import RankWorkerSharder
+
+HEAP_TRIM_EVERY_BATCHES = 4
+"""Batches between two returns of free heap memory (``nodes.heap_trimmer`` has the measurements)."""
 
 
 @dataclass
@@ -220,6 +224,7 @@ def build_streaming_graph(
     carried: Mapping[int, tuple[int, int]] | None = None,
     batch_size: int | None = None,
     shared_memory_batches: bool = False,
+    trim_heap_every: int | None = HEAP_TRIM_EVERY_BATCHES,
 ) -> StreamingGraph:
     """The graph of worker ``worker_id`` (of ``num_workers``; 0 = the training process) of ``rank``.
 
@@ -231,7 +236,8 @@ def build_streaming_graph(
     which serves the indexes of ``opened_indexes`` (opened by this process already) as they are.
     ``assigned``/``carried``: the worker reads an elastic resume's remnant for this one epoch
     (:func:`schedule_sampler`). ``batch_size``: ``root`` yields batches collated by a
-    :class:`SampleBatcher` (in shared memory with ``shared_memory_batches``, for DataLoader workers).
+    :class:`SampleBatcher` (in shared memory with ``shared_memory_batches``, for DataLoader workers),
+    and a :class:`HeapTrimmer` hands free heap memory back every ``trim_heap_every`` batches (None: never).
     """
     config = config or StreamingConfig()
     seed = resolve_seed(seed)
@@ -326,6 +332,8 @@ def build_streaming_graph(
     batcher = None
     if batch_size is not None:
         root = batcher = SampleBatcher(root, batch_size, shared_memory=shared_memory_batches)
+        if trim_heap_every is not None:
+            root = HeapTrimmer(batcher, every=trim_heap_every)
     return StreamingGraph(
         root=root,
         sharder=sharder,
