@@ -55,6 +55,8 @@ PRELOAD = ["lerobot_nodes.dataset"]
 
 def fork_blocker() -> str | None:
     """Why the calling process must not be forked into a server now, or None if it may be."""
+    if sys.version_info >= (3, 14):
+        return "Python 3.14 forkserver handshake (an authentication key) is not reproduced by the fork"
     threads = [thread.name for thread in threading.enumerate() if thread is not threading.main_thread()]
     if threads:
         return f"threads running: {', '.join(sorted(threads))}"
