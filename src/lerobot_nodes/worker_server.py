@@ -144,6 +144,7 @@ def _serve(listener_fd: int, alive_r: int, alive_w: int) -> None:
     code = 0
     try:
         os.close(alive_w)
+        SERVER._lock = threading.Lock()  # forked while held: a fresh one for this process and its workers
         guard_server()
         if open_codec_contexts():
             _exec_stdlib_server(listener_fd, alive_r)
