@@ -8,6 +8,7 @@ decided once per process.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ def runs(small_dataset, tmp_path_factory):
         out = tmp_path_factory.mktemp(mode)
         done = subprocess.run(
             [sys.executable, str(SCRIPT), str(small_dataset), str(out), mode],
-            capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "HF_LEROBOT_HOME": str(out / "home")},
+            capture_output=True, text=True, timeout=300, env={**os.environ, "HF_LEROBOT_HOME": str(out / "home")},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         results[mode] = json.loads(done.stdout.strip().splitlines()[-1])

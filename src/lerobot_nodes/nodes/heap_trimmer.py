@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -42,8 +41,7 @@ class HeapTrimmer(BaseNode[T]):
     """Items of ``source`` unchanged; after every ``every``-th, free heap memory goes back to the system.
 
     ``trim`` defaults to glibc's ``malloc_trim(0)`` (ctypes releases the interpreter lock for
-    the call, so decode threads go on meanwhile). ``trims`` and ``trim_seconds`` count the
-    calls and their time.
+    the call, so decode threads go on meanwhile). ``trims`` counts the calls.
     """
 
     def __init__(self, source: BaseNode[T], every: int = 4, trim: Callable[[], object] | None = None) -> None:
@@ -54,7 +52,6 @@ class HeapTrimmer(BaseNode[T]):
         self.every = every
         self.trim = trim if trim is not None else glibc_malloc_trim()
         self.trims = 0
-        self.trim_seconds = 0.0
         self._since_trim = 0
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -66,9 +63,7 @@ class HeapTrimmer(BaseNode[T]):
         item = next(self.source)
         self._since_trim += 1
         if self.trim is not None and self._since_trim >= self.every:
-            started = time.perf_counter()
             self.trim()
-            self.trim_seconds += time.perf_counter() - started
             self.trims += 1
             self._since_trim = 0
         return item
