@@ -16,6 +16,7 @@ import functools
 import logging
 import multiprocessing
 import multiprocessing.context
+import multiprocessing.util
 import os
 import warnings
 import weakref
@@ -79,6 +80,7 @@ CHECKPOINT_KEY = "step_checkpoint"
 TOPOLOGY_KEY = "topology"
 VERSION_KEY = "version"
 PARENT_ENVIRON_KEY = "_parent_environ"
+EXIT_CLOSE_KEY = "_closes_at_worker_exit"
 MAX_METRIC_ROWS = 256
 """Workers per rank that report metrics (rows of the shared counter table)."""
 
@@ -97,6 +99,12 @@ def adopt_environment(environ: Mapping[str, str] | None) -> None:
     for key in [key for key in os.environ if key not in environ]:
         del os.environ[key]
     os.environ.update(environ)
+
+
+def _close_if_alive(dataset: weakref.ref[StreamingLeRobotDataset]) -> None:
+    alive = dataset()
+    if alive is not None:
+        alive.close()
 
 
 def http_options(config: StreamingConfig, num_workers: int) -> HttpOptions:
@@ -230,6 +238,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         # The environment of the process sending the dataset to a worker: a forkserver's children
         # inherit the server's environment, frozen when it started (see adopt_environment).
         state[PARENT_ENVIRON_KEY] = dict(os.environ)
+        state.pop(EXIT_CLOSE_KEY, None)
         return state
 
     # -- iteration ------------------------------------------------------------------------
@@ -243,6 +252,11 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             # training process; idempotent, and a no-op when worker_init_fn did it already.
             guard_worker()
             adopt_environment(self.__dict__.pop(PARENT_ENVIRON_KEY, None))
+            if not self.__dict__.get(EXIT_CLOSE_KEY):
+                self.__dict__[EXIT_CLOSE_KEY] = True
+                # multiprocessing runs exit finalizers before it joins the worker's threads: a decode
+                # thread still waiting for a payload is cancelled first, so the worker exits when asked.
+                multiprocessing.util.Finalize(None, _close_if_alive, args=(weakref.ref(self),), exitpriority=100)
         if isinstance(self.source, ListedHttpSource):
             self.source.set_http_options(http_options(self.config, num_workers))
         return build_streaming_graph(

@@ -237,3 +237,13 @@ def test_a_users_worker_init_fn_runs_after_the_guard(small_dataset, tmp_path):
 
 def test_guards_do_nothing_in_the_training_process():
     assert not guard_worker() and not guard_forkserver()
+
+
+def test_workers_end_by_themselves_when_the_loader_shuts_down(small_dataset):
+    dataset = StreamingLeRobotDataset(root=small_dataset, return_uint8=True)
+    loader = streaming_dataloader(dataset, 4, 2)
+    next(iter(loader))
+    workers = list(loader._iterator._workers)
+    shutdown_dataloader(loader)
+    # 0: each worker closed its graph and left; torch's terminate() after its 5 s join would give -15.
+    assert [worker.exitcode for worker in workers] == [0, 0]
