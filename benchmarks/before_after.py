@@ -3,10 +3,11 @@
     /work/venv/bin/python benchmarks/before_after.py --before-src /path/to/old/checkout/src
 
 Alternates before/after runs (``--runs`` each, median shown) with 0 and 2 workers; each run
-builds ``StreamingLeRobotDataset`` + ``streaming_dataloader`` (batch 32, ACT window: action 50
-future, cameras at [0]) and reports the first batch (from before the dataset is built; the
+builds ``StreamingLeRobotDataset`` + ``streaming_dataloader`` (batch 32; ``--window`` as
+benchmarks/run.py builds it, ACT by default) and reports the first batch (from before the dataset is built; the
 forkserver is started first where the checkout has ``start_worker_context``) and samples/s over
-the ``--batches`` batches after it. Prints a Markdown table.
+the ``--batches`` batches after it. ``--after-src`` runs a copy of the new code (so the checkout
+can change while the runs go on); by default the installed package. Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -23,14 +24,21 @@ from pathlib import Path
 DEFAULT_ROOT = "/work/shared/datasets/lerobot-writer-small"
 
 
-def child(root: str, workers: int, batches: int) -> None:
+def window_of(root: str, window: str) -> dict[str, list[float]] | None:
+    """``delta_timestamps`` of ``window`` for the dataset at ``root``, as benchmarks/run.py builds them."""
+    sys.path.insert(0, str(Path(__file__).parent / "drivers"))
+    from _driver_common import delta_timestamps
+
+    info = json.loads((Path(root) / "meta" / "info.json").read_text())
+    cameras = [key for key, spec in info["features"].items() if spec.get("dtype") == "video"]
+    return delta_timestamps(window, info["fps"], cameras, info["features"])
+
+
+def child(root: str, workers: int, batches: int, window_name: str) -> None:
     from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
     from lerobot_nodes.dataset import shutdown_dataloader
 
-    info = json.loads((Path(root) / "meta" / "info.json").read_text())
-    fps = info["fps"]
-    cameras = [key for key, spec in info["features"].items() if spec.get("dtype") == "video"]
-    window = {"action": [i / fps for i in range(50)], **{camera: [0.0] for camera in cameras}}
+    window = window_of(root, window_name)
     started = time.perf_counter()
     if workers:
         try:
@@ -60,21 +68,23 @@ def main() -> None:
     parser.add_argument("--root", default=DEFAULT_ROOT)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--batches", type=int, default=100)
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--after-src", help="a copy of the new checkout's src/ (default: the installed package)")
+    parser.add_argument("--window", choices=("none", "act", "diffusion"), default="act")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]), int(args.child[2]))
+        child(args.child[0], int(args.child[1]), int(args.child[2]), args.child[3])
         return
     if not args.before_src:
         parser.error("--before-src is required")
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     for _ in range(args.runs):
-        for label, src in (("before", args.before_src), ("after", None)):
+        for label, src in (("before", args.before_src), ("after", args.after_src)):
             for workers in (0, 2):
                 env = dict(os.environ)
                 if src:
                     env["PYTHONPATH"] = src
-                command = [sys.executable, __file__, "--child", args.root, str(workers), str(args.batches)]
+                command = [sys.executable, __file__, "--child", args.root, str(workers), str(args.batches), args.window]
                 out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
                 record = json.loads(out.stdout.strip().splitlines()[-1])
                 results.setdefault((label, workers), []).append(record)

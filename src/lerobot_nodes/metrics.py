@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any, TypeVar
@@ -109,6 +109,18 @@ class WorkerCounters:
                 peak = _COLUMN["peak_reserved_bytes"]
                 self._table[row, peak] = max(self._table[row, peak], amount)
 
+    def update(self, row: int, amounts: Mapping[str, float], gauges: Mapping[str, float]) -> None:
+        """What :meth:`add` does for each of ``amounts`` (counters) and ``gauges``, under one lock."""
+        with self._lock:
+            line = self._table[row]
+            for name, amount in amounts.items():
+                line[_COLUMN[name]] += amount
+            for name, value in gauges.items():
+                line[_COLUMN[name]] = value
+                if name == "reserved_bytes":
+                    peak = _COLUMN["peak_reserved_bytes"]
+                    line[peak] = max(line[peak], value)
+
     def totals(self) -> dict[str, float]:
         return {name: float(self._table[:, i].sum()) for i, name in enumerate(COUNTER_NAMES)}
 
@@ -135,6 +147,10 @@ class WorkerMetrics:
 
     def set(self, name: str, value: float) -> None:
         self.counters.add(self.row, name, value)
+
+    def update(self, amounts: Mapping[str, float], gauges: Mapping[str, float]) -> None:
+        """Several :meth:`add` and :meth:`set` at once (one lock for a decoded sample's counts)."""
+        self.counters.update(self.row, amounts, gauges)
 
 
 def collated_batch_size(batch: Any) -> int:

@@ -26,7 +26,7 @@ from ..mp4.layout import Clip
 from ..sample import SampleSpec, assemble_sample
 from .batch_slots import BatchSlots
 from .episode_fetch import EpisodePayload, add_context
-from .metrics_sink import MetricsSink, NullMetrics
+from .metrics_sink import MetricsSink, NullMetrics, recorder
 from .pool_sampler import ScheduleItem
 from .prefetcher import SampleTask
 
@@ -267,6 +267,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         self.frame_budget = DecodedFrameBudget(decoded_frame_budget_bytes)
         self.decoders = DecoderLRU(decoder_cache_size, decoder_factory, self.frame_budget)
         self.metrics = metrics or NullMetrics()
+        self._record = recorder(self.metrics)
         if decoded_frame_budget_bytes is not None:
             self.metrics.set("decoded_budget_bytes", decoded_frame_budget_bytes)
         # What to do about a decode error whose cause may be a stale cached index (see sidecar.cache).
@@ -335,15 +336,23 @@ class DecodeMapper(BaseNode[PendingSample]):
                     add_context(exc, self.decode_error_hint())
                 raise
             if assembled.frames_delivered:
-                self.metrics.add("decode_seconds", time.perf_counter() - started)
-                self.metrics.add("frames_decoded", assembled.frames_decoded)
-                self.metrics.add("frames_delivered", assembled.frames_delivered)
                 budget = self.frame_budget
-                self.metrics.set("decoded_resident_bytes", budget.resident_bytes)
-                self.metrics.set("decoded_resident_frames", budget.resident_frames)
-                self.metrics.set("peak_decoded_bytes", budget.peak_bytes)
-                self.metrics.set("peak_decoded_frames", budget.peak_frames)
-            self.metrics.add("samples", 1)
+                self._record(
+                    {
+                        "decode_seconds": time.perf_counter() - started,
+                        "frames_decoded": assembled.frames_decoded,
+                        "frames_delivered": assembled.frames_delivered,
+                        "samples": 1,
+                    },
+                    {
+                        "decoded_resident_bytes": budget.resident_bytes,
+                        "decoded_resident_frames": budget.resident_frames,
+                        "peak_decoded_bytes": budget.peak_bytes,
+                        "peak_decoded_frames": budget.peak_frames,
+                    },
+                )
+            else:
+                self.metrics.add("samples", 1)
             return assembled.sample
         finally:
             task.done()

@@ -178,6 +178,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         self.runs = runs
         self.epoch = 0
         self._pool: list[list[int]] = []  # [episode, frames taken], admission order
+        self._left: list[int] = []  # frames not yet taken of each pool entry, in the pool's order
         self._round: list[int] = []
         self._orders: dict[int, np.ndarray] = {}
         self._costs: dict[int, int] = {}
@@ -239,7 +240,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         mid-block, the generator is rewound and only the picks made are drawn again: the
         numbers, and the state, are those of one call per pick.
         """
-        remaining = [self.source.episode_length(episode) - taken for episode, taken in self._pool]
+        remaining = list(self._left)
         total = sum(remaining)
         block = min(limit, total, _SKIP_BLOCK)
         saved = self._rng.bit_generator.state
@@ -273,11 +274,14 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         # The bookkeeping of _take, inlined: this loop is most of a long replay.
         while done < len(round_) and done < limit:
             episode = round_[done]
-            entry = pool[slots[episode]]
+            slot = slots[episode]
+            entry = pool[slot]
             entry[1] += 1
+            self._left[slot] -= 1
             done += 1
             if entry[1] == length(episode):
-                del pool[slots[episode]]
+                del pool[slot]
+                del self._left[slot]
                 self._orders.pop(episode, None)
                 break
         del round_[:done]
@@ -288,8 +292,10 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         """Count one frame of the episode in ``slot`` as taken (the bookkeeping of :meth:`next`)."""
         episode, taken = self._pool[slot]
         self._pool[slot][1] = taken + 1
+        self._left[slot] -= 1
         if taken + 1 == self.source.episode_length(episode):
             del self._pool[slot]
+            del self._left[slot]
             self._orders.pop(episode, None)
         self._num_yielded += 1
 
@@ -341,6 +347,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             self.source.reset(initial_state[self.SOURCE_KEY])
             self.epoch = self.source.epoch
             self._pool = [[int(e), int(taken)] for e, taken in initial_state[self.POOL_KEY]]
+            self._left = [self.source.episode_length(e) - taken for e, taken in self._pool]
             self._round = [int(e) for e in initial_state[self.ROUND_KEY]]
             self._rng = np.random.default_rng(self._choice_seed())
             self._rng.bit_generator.state = initial_state[self.RNG_KEY]
@@ -349,6 +356,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             self.source.reset(None)
             self.epoch = self.source.epoch
             self._pool = []
+            self._left = []
             self._round = []
             self._rng = np.random.default_rng(self._choice_seed())
             self._num_yielded = 0
@@ -368,9 +376,11 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         order = self._frame_order(episode)
         frame = int(order[taken])
         self._pool[slot][1] = taken + 1
+        self._left[slot] -= 1
         last = taken + 1 == len(order)
         if last:
             del self._pool[slot]
+            del self._left[slot]
             del self._orders[episode]
         item = ScheduleItem(episode=episode, frame=frame, seq=self._num_yielded, epoch=self.epoch, last_of_episode=last)
         self._num_yielded += 1
@@ -398,7 +408,9 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             if not self.budget.admits(held, len(self._pool), self.cost(upcoming[0])):
                 return
             episode = next(self.source)
-            self._pool.append([episode, self.carried.get(episode, (0, 0))[0]])
+            taken = self.carried.get(episode, (0, 0))[0]
+            self._pool.append([episode, taken])
+            self._left.append(self.source.episode_length(episode) - taken)
 
     def _frame_order(self, episode: int) -> np.ndarray:
         order = self._orders.get(episode)
@@ -411,9 +423,9 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         return order
 
     def _pick_remaining(self) -> int:
-        remaining = [self.source.episode_length(episode) - taken for episode, taken in self._pool]
-        draw = int(self._rng.integers(sum(remaining)))
-        for slot, count in enumerate(remaining):
+        left = self._left
+        draw = int(self._rng.integers(sum(left)))
+        for slot, count in enumerate(left):
             if draw < count:
                 return slot
             draw -= count
