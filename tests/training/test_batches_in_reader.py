@@ -76,7 +76,10 @@ def test_a_batch_crosses_from_a_worker_as_two_shared_segments(small_dataset):
         camera_storages = {batch[key].untyped_storage().data_ptr() for key in cameras}
         other_storages = {t.untyped_storage().data_ptr() for key, t in batch.items() if key not in cameras and isinstance(t, torch.Tensor)}
         assert len(camera_storages) == 1 and len(other_storages) == 1 and camera_storages != other_storages
-        assert all(t.untyped_storage().is_shared() for t in tensors)
+        # The other keys arrive as torch's shared storage; the cameras as views of the worker's
+        # recycled segment, held through the array that tells the worker when they are released.
+        assert all(batch[key].untyped_storage().is_shared() for key in batch if key not in cameras and isinstance(batch[key], torch.Tensor))
+        assert len(tensors) > len(cameras)
         assert batch["observation.images.top"].shape[:2] == (4, 2)
     finally:
         shutdown_dataloader(loader)
@@ -93,3 +96,49 @@ def test_a_custom_collate_keeps_batching_in_the_dataloader(small_dataset):
         assert len(next(iter(loader))) == 3
     finally:
         dataset.close()
+
+
+def _digest(batch: dict) -> list:
+    return [
+        (key, value.clone()) if isinstance(value, torch.Tensor) else (key, list(value)) for key, value in batch.items()
+    ]
+
+
+def test_recycled_worker_storages_never_change_a_batch_still_held(small_dataset):
+    # Workers write a batch's camera storage again once the training process released it. Most
+    # batches here are dropped on receipt (their storages are recycled); every third is kept to
+    # the end of the epoch and must still hold what it held on receipt, and every batch must
+    # equal that of a run that holds every batch (nothing released, nothing recycled).
+    reference = streaming_dataloader(_dataset(small_dataset), batch_size=4, num_workers=2)
+    try:
+        held = [list(reference), list(reference)]  # two epochs, each in its own order
+        expected = [[_digest(batch) for batch in epoch] for epoch in held]
+        del held
+    finally:
+        shutdown_dataloader(reference)
+    loader = streaming_dataloader(_dataset(small_dataset), batch_size=4, num_workers=2)
+    try:
+        for epoch in range(2):
+            kept: list[tuple[int, dict, list]] = []
+            count = 0
+            for position, batch in enumerate(loader):
+                received = _digest(batch)
+                _assert_digests_equal(received, expected[epoch][position])
+                if position % 3 == 0:
+                    kept.append((position, batch, received))
+                del batch
+                count += 1
+            assert count == len(expected[epoch])
+            for _position, batch, received in kept:
+                _assert_digests_equal(_digest(batch), received)
+    finally:
+        shutdown_dataloader(loader)
+
+
+def _assert_digests_equal(got: list, expected: list) -> None:
+    assert [key for key, _ in got] == [key for key, _ in expected]
+    for (key, value), (_, reference) in zip(got, expected, strict=True):
+        if isinstance(reference, torch.Tensor):
+            assert value.dtype == reference.dtype and torch.equal(value, reference), key
+        else:
+            assert value == reference, key

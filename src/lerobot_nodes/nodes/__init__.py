@@ -8,6 +8,9 @@
         -> HeapTrimmer]
            (heap_trimmer.py)
 
+In a DataLoader worker, a batch's camera storage comes from ``RecycledStorages``
+(recycled_storage.py): shared memory written again once the training process released it.
+
 :func:`build_streaming_graph` builds the whole graph of one worker from plain values.
 """
 
@@ -31,6 +34,7 @@ from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
 from .pool_sampler import EpisodePoolSampler, ScheduleItem, frame_order
 from .prefetcher import BytePrefetcher, SampleTask
+from .recycled_storage import RecycledBatch, RecycledStorages
 from .sharder import (
     RankWorkerSharder,
     frame_balanced_assignment,
@@ -41,6 +45,8 @@ from .sharder import (
 
 __all__ = [
     "HeapTrimmer",
+    "RecycledBatch",
+    "RecycledStorages",
     "BatchSlots",
     "ByteBudget",
     "ByteBudgetError",

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
+from .recycled_storage import RecycledStorages
 from .storage_views import tensors_in_one_storage
 
 FrameSize = Callable[[str, int], tuple[int, int]]
@@ -29,6 +30,7 @@ class BatchSlots:
 
     ``cameras`` maps each camera written in place to its frames per sample ``T``. Used from
     the thread that submits samples (the consumer); the views are written by the decode threads.
+    With ``storages``, each batch's camera storage is taken from there (recycled shared memory).
     """
 
     def __init__(
@@ -39,6 +41,7 @@ class BatchSlots:
         *,
         return_uint8: bool,
         shared_memory: bool,
+        storages: RecycledStorages | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -47,25 +50,28 @@ class BatchSlots:
         self.frame_size = frame_size
         self.dtype = torch.uint8 if return_uint8 else torch.float32
         self.shared_memory = shared_memory
+        # Where a batch's camera storage comes from when it is recycled (DataLoader workers).
+        self.storages = storages
         self._submitted = 0
-        self._batch: dict[str, torch.Tensor] = {}
+        # Each camera's per-sample views of the batch being filled, made in one call per camera.
+        self._places: dict[str, tuple[torch.Tensor, ...]] = {}
 
     def reset(self) -> None:
         """Forget the batch being filled: the next sample starts a new one."""
         self._submitted = 0
-        self._batch = {}
+        self._places = {}
 
     def next_slot(self, episode: int) -> dict[str, torch.Tensor]:
         """The ``(T, 3, H, W)`` destination of each camera for the next submitted sample (of ``episode``)."""
         position = self._submitted % self.batch_size
         if position == 0:
-            self._batch = self._allocate(episode)
+            self._places = {key: tensor.unbind(0) for key, tensor in self._allocate(episode).items()}
         self._submitted += 1
-        return {key: tensor[position] for key, tensor in self._batch.items()}
+        return {key: places[position] for key, places in self._places.items()}
 
     def _allocate(self, episode: int) -> dict[str, torch.Tensor]:
         specs = []
         for key, frames in self.cameras.items():
             height, width = self.frame_size(key, episode)
             specs.append((key, self.dtype, (self.batch_size, frames, 3, height, width)))
-        return tensors_in_one_storage(specs, self.shared_memory)
+        return tensors_in_one_storage(specs, self.shared_memory, self.storages.take if self.storages else None)

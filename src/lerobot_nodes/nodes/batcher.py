@@ -6,8 +6,11 @@ are views of one storage allocated per batch: in shared memory inside a DataLoad
 so a batch crosses to the training process as shared-memory segments and the training
 process does no per-sample work. Camera frames are normally decoded straight into their batch
 (:class:`~lerobot_nodes.nodes.batch_slots.BatchSlots`) and not copied again: a batch is then
-two segments, the cameras' and the other keys'. The last batch of an epoch holds what is left (no sample
-is dropped).
+two segments, the cameras' and the other keys'. With ``recycled``, the cameras' segment is one a
+worker writes again once the training process has released it
+(:mod:`~lerobot_nodes.nodes.recycled_storage`): the batch is then a
+:class:`~lerobot_nodes.nodes.recycled_storage.RecycledBatch`, a plain ``dict`` once received.
+The last batch of an epoch holds what is left (no sample is dropped).
 
 State is transparent: the state of its source at the last batch boundary, in the source's
 own layout, so states taken with and without batching are interchangeable and a restore
@@ -23,6 +26,7 @@ import torch
 from torch.utils.data import default_collate
 from torchdata.nodes import BaseNode
 
+from .recycled_storage import RecycledBatch, RecycledStorages
 from .storage_views import tensors_in_one_storage, view_of
 
 
@@ -98,13 +102,22 @@ class SampleBatcher(BaseNode[dict[str, Any]]):
     the state still points at the start of the failed batch.
     """
 
-    def __init__(self, source: BaseNode[dict[str, Any]], batch_size: int, *, shared_memory: bool = False) -> None:
+    def __init__(
+        self,
+        source: BaseNode[dict[str, Any]],
+        batch_size: int,
+        *,
+        shared_memory: bool = False,
+        recycled: RecycledStorages | None = None,
+    ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.source = source
         self.batch_size = batch_size
         self.shared_memory = shared_memory
+        # The storages camera frames were decoded into (BatchSlots'), recycled once released.
+        self.recycled = recycled
         self._boundary: dict[str, Any] | None = None
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -123,6 +136,12 @@ class SampleBatcher(BaseNode[dict[str, Any]]):
             raise StopIteration
         batch = collate_into_one_storage(samples, self.shared_memory)
         self._boundary = self.source.state_dict()
+        if self.recycled is not None:
+            for value in batch.values():
+                if isinstance(value, torch.Tensor):
+                    storage = self.recycled.holding(value.untyped_storage().data_ptr())
+                    if storage is not None:
+                        return RecycledBatch(batch, storage)
         return batch
 
     def get_state(self) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
 from .pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
 from .prefetcher import BytePrefetcher
+from .recycled_storage import RecycledStorages
 from .sharder import RankWorkerSharder
 
 HEAP_TRIM_EVERY_BATCHES = 4
@@ -297,6 +298,7 @@ def build_streaming_graph(
         metrics=metrics,
     )
     slots = None
+    recycled = None
     if batch_size is not None and image_transforms is None:
         # Camera frames decoded straight into their batch (RGB cameras; depth is dequantised after).
         cameras = {
@@ -310,8 +312,14 @@ def build_streaming_graph(
             return int(index.height), int(index.width)
 
         if cameras:
+            recycled = RecycledStorages() if shared_memory_batches else None
             slots = BatchSlots(
-                batch_size, cameras, frame_size, return_uint8=return_uint8, shared_memory=shared_memory_batches
+                batch_size,
+                cameras,
+                frame_size,
+                return_uint8=return_uint8,
+                shared_memory=shared_memory_batches,
+                storages=recycled,
             )
     decoder = DecodeMapper(
         prefetcher,
@@ -331,7 +339,7 @@ def build_streaming_graph(
         root = Mapper(buffer, apply_image_transforms(spec, image_transforms))
     batcher = None
     if batch_size is not None:
-        root = batcher = SampleBatcher(root, batch_size, shared_memory=shared_memory_batches)
+        root = batcher = SampleBatcher(root, batch_size, shared_memory=shared_memory_batches, recycled=recycled)
         if trim_heap_every is not None:
             root = HeapTrimmer(batcher, every=trim_heap_every)
     return StreamingGraph(

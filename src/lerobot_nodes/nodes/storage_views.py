@@ -6,7 +6,7 @@ a worker sends all of a storage's tensors to the training process as one segment
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -23,10 +23,15 @@ def view_of(storage: torch.UntypedStorage, byte_offset: int, dtype: torch.dtype,
 
 
 def tensors_in_one_storage(
-    specs: Sequence[tuple[str, torch.dtype, Sequence[int]]], shared: bool
+    specs: Sequence[tuple[str, torch.dtype, Sequence[int]]],
+    shared: bool,
+    allocate: Callable[[int], torch.UntypedStorage] | None = None,
 ) -> dict[str, torch.Tensor]:
     """One uninitialised tensor per ``(name, dtype, shape)``, all views of one new storage
-    (in shared memory with ``shared``), each starting on an :data:`ALIGNMENT` boundary."""
+    (in shared memory with ``shared``), each starting on an :data:`ALIGNMENT` boundary.
+
+    ``allocate(nbytes)``: where the storage comes from instead (at least ``nbytes``; e.g.
+    :meth:`~lerobot_nodes.nodes.recycled_storage.RecycledStorages.take`)."""
     offsets = []
     total = 0
     for _, dtype, shape in specs:
@@ -36,7 +41,10 @@ def tensors_in_one_storage(
         for size in shape:
             count *= int(size)
         total += count * torch.empty(0, dtype=dtype).element_size()
-    storage: torch.UntypedStorage = (
-        torch.UntypedStorage._new_shared(total) if shared else torch.UntypedStorage(total)  # type: ignore[no-untyped-call]
-    )
+    if allocate is not None:
+        storage = allocate(total)
+    elif shared:
+        storage = torch.UntypedStorage._new_shared(total)  # type: ignore[no-untyped-call]
+    else:
+        storage = torch.UntypedStorage(total)
     return {name: view_of(storage, offset, dtype, shape) for (name, dtype, shape), offset in zip(specs, offsets, strict=True)}
