@@ -38,6 +38,7 @@ from .mp4.index import VideoIndex
 from .nodes.episode_fetch import EpisodeFetcher, default_index_provider, preferring_opened
 from .nodes.graph import StreamingGraph, anchor_runs, build_streaming_graph, schedule_sampler
 from .nodes.pool_sampler import EpisodePoolSampler
+from .nodes.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT
 from .nodes.sharder import max_workers_for_rank, rank_worker_split, worker_episodes
 from .resume import (
     ResumePlan,
@@ -177,6 +178,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         if batch_size is not None and int(batch_size) < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
         self.batch_size = None if batch_size is None else int(batch_size)
+        # Batches a DataLoader worker may have sent and the training process not yet released
+        # (``prefetch_factor`` + 2; set by streaming_dataloader): how many camera segments a
+        # worker keeps for reuse (lerobot_nodes.nodes.recycled_storage).
+        self.batches_in_flight = DEFAULT_BATCHES_IN_FLIGHT
         self.seed = resolve_seed(seed)
         detected_rank, detected_world = get_rank_and_world_size()
         self.rank = detected_rank if rank is None else int(rank)
@@ -282,6 +287,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             carried=None if start is None else start.carried_map(),
             batch_size=self.batch_size,
             shared_memory_batches=num_workers > 0,
+            batches_in_flight=self.batches_in_flight,
         )
 
     def _ensure_graph(self, epoch: int = 0, start: WorkerStart | None = None) -> StreamingGraph:
@@ -631,9 +637,11 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
         if isinstance(context, WorkerContext):
             context.start_server()  # before the log relay's thread, which would rule out a fork
         relay = WorkerLogRelay(context)
+        prefetch_factor = kwargs.pop("prefetch_factor", 4)
+        dataset.batches_in_flight = (prefetch_factor or 2) + 2
         options.update(
             persistent_workers=True,
-            prefetch_factor=kwargs.pop("prefetch_factor", 4),
+            prefetch_factor=prefetch_factor,
             multiprocessing_context=context,
             worker_init_fn=GuardedWorkerInit(relay.worker_init_fn(kwargs.pop("worker_init_fn", None))),
         )

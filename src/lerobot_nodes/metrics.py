@@ -51,9 +51,12 @@ COUNTER_NAMES = (
     "bytes_planned",
     "peak_reserved_bytes",
     "episodes_fetched",
+    "batch_segments_created",
+    "batch_segments_reused",
     *GAUGE_NAMES,
 )
-"""Per-worker counters: sums, then the gauges."""
+"""Per-worker counters: sums, then the gauges. ``batch_segments_*``: the shared-memory camera
+segments a worker's batches were written into, new or recycled (lerobot_nodes.nodes.recycled_storage)."""
 
 _GAUGES = frozenset(GAUGE_NAMES)
 _COLUMN = {name: column for column, name in enumerate(COUNTER_NAMES)}
@@ -197,6 +200,8 @@ class MetricsReport:
     peak_decoded_bytes: int = 0
     peak_decoded_frames: int = 0
     decoded_budget_bytes: int = 0
+    batch_segments_created: int = 0
+    batch_segments_reused: int = 0
 
     @property
     def decoded_per_delivered(self) -> float:
@@ -312,4 +317,6 @@ class StreamingMetrics:
             peak_decoded_bytes=int(totals["peak_decoded_bytes"]),
             peak_decoded_frames=int(totals["peak_decoded_frames"]),
             decoded_budget_bytes=int(totals["decoded_budget_bytes"]),
+            batch_segments_created=int(totals["batch_segments_created"]),
+            batch_segments_reused=int(totals["batch_segments_reused"]),
         )

@@ -109,14 +109,18 @@ def test_recycled_worker_storages_never_change_a_batch_still_held(small_dataset)
     # batches here are dropped on receipt (their storages are recycled); every third is kept to
     # the end of the epoch and must still hold what it held on receipt, and every batch must
     # equal that of a run that holds every batch (nothing released, nothing recycled).
-    reference = streaming_dataloader(_dataset(small_dataset), batch_size=4, num_workers=2)
+    reference_dataset = _dataset(small_dataset)
+    reference = streaming_dataloader(reference_dataset, batch_size=4, num_workers=2)
     try:
         held = [list(reference), list(reference)]  # two epochs, each in its own order
         expected = [[_digest(batch) for batch in epoch] for epoch in held]
+        report = reference_dataset.metrics.report()
+        assert report.batch_segments_reused == 0 and report.batch_segments_created == sum(map(len, expected))
         del held
     finally:
         shutdown_dataloader(reference)
-    loader = streaming_dataloader(_dataset(small_dataset), batch_size=4, num_workers=2)
+    dataset = _dataset(small_dataset)
+    loader = streaming_dataloader(dataset, batch_size=4, num_workers=2)  # prefetch_factor 4: 7 kept
     try:
         for epoch in range(2):
             kept: list[tuple[int, dict, list]] = []
@@ -131,6 +135,10 @@ def test_recycled_worker_storages_never_change_a_batch_still_held(small_dataset)
             assert count == len(expected[epoch])
             for _position, batch, received in kept:
                 _assert_digests_equal(_digest(batch), received)
+        report = dataset.metrics.report()
+        total = sum(map(len, expected))
+        assert report.batch_segments_created + report.batch_segments_reused == total
+        assert report.batch_segments_reused >= total // 3, report  # most released segments were written again
     finally:
         shutdown_dataloader(loader)
 

@@ -36,7 +36,7 @@ from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
 from .pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
 from .prefetcher import BytePrefetcher
-from .recycled_storage import RecycledStorages
+from .recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, RecycledStorages
 from .sharder import RankWorkerSharder
 
 HEAP_TRIM_EVERY_BATCHES = 4
@@ -225,6 +225,7 @@ def build_streaming_graph(
     carried: Mapping[int, tuple[int, int]] | None = None,
     batch_size: int | None = None,
     shared_memory_batches: bool = False,
+    batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT,
     trim_heap_every: int | None = HEAP_TRIM_EVERY_BATCHES,
 ) -> StreamingGraph:
     """The graph of worker ``worker_id`` (of ``num_workers``; 0 = the training process) of ``rank``.
@@ -237,7 +238,9 @@ def build_streaming_graph(
     which serves the indexes of ``opened_indexes`` (opened by this process already) as they are.
     ``assigned``/``carried``: the worker reads an elastic resume's remnant for this one epoch
     (:func:`schedule_sampler`). ``batch_size``: ``root`` yields batches collated by a
-    :class:`SampleBatcher` (in shared memory with ``shared_memory_batches``, for DataLoader workers),
+    :class:`SampleBatcher` (in shared memory with ``shared_memory_batches``, for DataLoader workers,
+    whose camera segments are recycled: up to ``batches_in_flight`` + 1 kept, see
+    :class:`~lerobot_nodes.nodes.recycled_storage.RecycledStorages`),
     and a :class:`HeapTrimmer` hands free heap memory back every ``trim_heap_every`` batches (None: never).
     """
     config = config or StreamingConfig()
@@ -312,7 +315,7 @@ def build_streaming_graph(
             return int(index.height), int(index.width)
 
         if cameras:
-            recycled = RecycledStorages() if shared_memory_batches else None
+            recycled = RecycledStorages(keep=batches_in_flight + 1, metrics=metrics) if shared_memory_batches else None
             slots = BatchSlots(
                 batch_size,
                 cameras,

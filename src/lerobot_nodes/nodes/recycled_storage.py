@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .metrics_sink import MetricsSink, NullMetrics
 from .storage_views import ALIGNMENT, view_of
 
 TRAILER_BYTES = ALIGNMENT
@@ -36,9 +37,13 @@ TRAILER_BYTES = ALIGNMENT
 IN_USE = 0
 RELEASED = 1
 
-DEFAULT_KEEP = 4
-"""Storages a worker keeps for reuse: the batches in flight (DataLoader ``prefetch_factor`` 2,
-one the training step holds) and one being filled."""
+DEFAULT_BATCHES_IN_FLIGHT = 6
+"""Batches a worker may have sent that the training process still holds: the DataLoader's
+``prefetch_factor`` (4 with ``streaming_dataloader``, LeRobot's default), the batch a training
+step holds and the one it holds while the next is fetched."""
+
+DEFAULT_KEEP = DEFAULT_BATCHES_IN_FLIGHT + 1
+"""Storages a worker keeps for reuse: the batches in flight and the one being filled."""
 
 
 class RecycledStorages:
@@ -46,13 +51,15 @@ class RecycledStorages:
 
     Guarantee: :meth:`take` returns a storage only while no receiver can still read it: a new
     one, or one whose trailer a receiver set to :data:`RELEASED`. At most ``keep`` storages are
-    kept; ``reused`` and ``created`` count what :meth:`take` returned. Used from one thread.
+    kept; ``reused`` and ``created`` count what :meth:`take` returned (also in ``metrics`` as
+    ``batch_segments_reused``/``_created``). Used from one thread.
     """
 
-    def __init__(self, keep: int = DEFAULT_KEEP) -> None:
+    def __init__(self, keep: int = DEFAULT_KEEP, metrics: MetricsSink | None = None) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.keep = keep
+        self.metrics = metrics or NullMetrics()
         self._kept: list[torch.UntypedStorage] = []
         self.reused = 0
         self.created = 0
@@ -65,6 +72,7 @@ class RecycledStorages:
                 storage[total - TRAILER_BYTES] = IN_USE
                 self._kept.append(self._kept.pop(position))  # most recently used last
                 self.reused += 1
+                self.metrics.add("batch_segments_reused", 1)
                 return storage
         created: torch.UntypedStorage = torch.UntypedStorage._new_shared(total)  # type: ignore[no-untyped-call]
         created[total - TRAILER_BYTES] = IN_USE
@@ -75,6 +83,7 @@ class RecycledStorages:
             # the last mapping.
             self._kept.pop(0)
         self.created += 1
+        self.metrics.add("batch_segments_created", 1)
         return created
 
     def holding(self, data_ptr: int) -> torch.UntypedStorage | None:
