@@ -75,6 +75,15 @@ class SampleSpec:
             depth_output_unit=check_depth_unit(depth_output_unit),
         )
 
+    def camera_window_frames(self) -> int:
+        """Consecutive frames the widest camera window spans (1 without camera windows)."""
+        spans = [
+            int(np.max(offsets)) - int(np.min(offsets)) + 1
+            for key, offsets in (self.offsets or {}).items()
+            if key in self.video_keys and len(offsets)
+        ]
+        return max(spans, default=1)
+
     def video_timestamps(self, episode: EpisodeData, frame: int) -> dict[str, list[float]]:
         """Episode-relative timestamps of the frames each camera needs for ``frame``."""
         timestamps = episode.arrays["timestamp"]

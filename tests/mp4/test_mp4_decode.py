@@ -27,6 +27,7 @@ from lerobot_nodes.mp4 import (
     read_clip_layout,
     read_index,
 )
+from lerobot_nodes.mp4.decode import DEFAULT_FRAME_CACHE_SIZE, frames_to_keep
 from lerobot_nodes.mp4.plan import plan_clip
 from lerobot_nodes.sources import LocalSource
 
@@ -371,3 +372,34 @@ def test_gop_runs_in_random_order_decode_each_packet_about_once(videos, variant)
             assert len(starts) < len(index.keyframe_indices)
     else:
         assert decoder.samples_decoded == plan.sample_count, (decoder.samples_decoded, plan.sample_count, decoder.drains)
+
+
+@pytest.mark.parametrize(
+    ("variant", "window", "kept"),
+    [("av1", 1, 1), ("av1", 2, 2), ("av1", 9, DEFAULT_FRAME_CACHE_SIZE), ("h264", 1, 4), ("h264", 2, 5), ("hevc", 1, 4)],
+)
+def test_frames_kept_follow_the_camera_window_and_reordering(videos, variant, window, kept):
+    # AV1 as LeRobot writes it presents frames in decode order; x264/x265 with B-frames do not.
+    path = videos[variant]
+    index = read_index(path)
+    plan = plan_clip(index, 0.0, 10.0)
+    layout = read_clip_layout(_clip(path, plan))
+    assert frames_to_keep(layout, window) == kept
+
+
+@pytest.mark.parametrize(("variant", "window"), [("av1", 1), ("av1", 2), ("h264", 1), ("h264", 2), ("hevc", 1)])
+def test_ascending_windows_decode_each_sample_once_with_the_frames_kept(videos, variant, window):
+    # What the pool sampler's forward runs ask of a decoder: each anchor's window, anchors ascending.
+    path = videos[variant]
+    index = read_index(path)
+    reference = decoded_frames(path)
+    plan = plan_clip(index, 0.0, 10.0)
+    clip = _clip(path, plan)
+    decoder = ClipDecoder(clip, frame_cache_size=frames_to_keep(read_clip_layout(clip), window))
+    presented = sorted(reference)
+    for anchor in range(window - 1, len(presented)):
+        wanted = presented[anchor - window + 1 : anchor + 1]
+        frames = _hwc(decoder.frames_at(_times(index, wanted)))
+        for frame, pts in zip(frames, wanted, strict=True):
+            np.testing.assert_array_equal(frame, reference[pts])
+    assert decoder.samples_decoded == plan.sample_count and decoder.restarts == 1

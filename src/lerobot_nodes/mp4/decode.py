@@ -41,7 +41,7 @@ from ..depth import codes_to_tensor, depth_codes
 from ..errors import VideoDecodeError, VideoIndexError
 from ..file_video import tolerance_error
 from .clip import materialize_clip, read_clip_layout
-from .layout import Clip, ClipOrigin
+from .layout import Clip, ClipLayout, ClipOrigin
 from .plan import ClipPlan
 from .rgb import RgbConverter
 
@@ -52,6 +52,21 @@ a B-frame drain outputs past the target (x264's b-pyramid: up to three). Measure
 3-camera H.264 g30 B-frame dataset: decoded per delivered frame 1.025 with 3 to 8 frames, and
 each frame fewer is 17 MB less there (16 decoders at 480x640). The shared
 :class:`DecodedFrameBudget` bounds the total over all decoders of a worker."""
+
+
+REORDER_FRAMES = 3
+"""Frames a B-frame drain can output past its target (x264's b-pyramid), kept for later queries."""
+
+
+def frames_to_keep(layout: ClipLayout, window_frames: int) -> int:
+    """Decoded frames a decoder of ``layout`` keeps, for a camera window spanning ``window_frames``
+    consecutive frames: the window (ascending anchors' windows share all but their newest
+    frame), plus :data:`REORDER_FRAMES` when the clip presents frames out of decode order; at
+    most :data:`DEFAULT_FRAME_CACHE_SIZE`. A frame kept beyond that is never asked for again
+    when anchors run forward (LeRobot's AV1 with one frame per sample: one frame, not five)."""
+    reorders = bool(np.any(np.diff(layout.pts) < 0))
+    wanted = int(window_frames) + (REORDER_FRAMES if reorders else 0)
+    return max(1, min(DEFAULT_FRAME_CACHE_SIZE, wanted))
 
 
 def frame_charge(frame: av.VideoFrame) -> int:

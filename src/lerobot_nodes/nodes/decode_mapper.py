@@ -54,11 +54,13 @@ ClipDecoderFactory = Callable[[Clip], ClipDecoderLike]
 """``clip -> decoder``: the clip's bytes are ``clip.data``, its sample layout ``clip.layout``."""
 
 
-def _default_decoder_factory(frame_budget: DecodedFrameBudget) -> ClipDecoderFactory:
+def _default_decoder_factory(frame_budget: DecodedFrameBudget, window_frames: int | None = None) -> ClipDecoderFactory:
     from ..mp4 import ClipDecoder
+    from ..mp4.decode import DEFAULT_FRAME_CACHE_SIZE, frames_to_keep
 
     def factory(clip: Clip) -> ClipDecoderLike:
-        return ClipDecoder(clip, frame_budget=frame_budget)
+        kept = DEFAULT_FRAME_CACHE_SIZE if window_frames is None else frames_to_keep(clip.layout, window_frames)
+        return ClipDecoder(clip, frame_budget=frame_budget, frame_cache_size=kept)
 
     return factory
 
@@ -73,7 +75,9 @@ class DecoderLRU:
     recently used beyond capacity. :meth:`retire` closes an episode's decoders once its last
     sample is decoded. Decoders in use are not counted, so the total is at most ``capacity`` +
     the number of decode threads. ``factory`` receives the :class:`Clip`; decoded frames the
-    decoders keep are charged to ``frame_budget`` when the factory is the default one.
+    decoders keep are charged to ``frame_budget`` when the factory is the default one, which
+    keeps :func:`~lerobot_nodes.mp4.decode.frames_to_keep` frames per decoder for camera
+    windows spanning ``window_frames`` frames (None: the decoder's default).
     """
 
     def __init__(
@@ -81,12 +85,14 @@ class DecoderLRU:
         capacity: int,
         factory: ClipDecoderFactory | None = None,
         frame_budget: DecodedFrameBudget | None = None,
+        window_frames: int | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"decoder cache capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self._factory = factory
         self.frame_budget = frame_budget if frame_budget is not None else DecodedFrameBudget(None)
+        self.window_frames = window_frames
         self._idle: OrderedDict[tuple[int, str, int], ClipDecoderLike] = OrderedDict()
         self._busy: set[tuple[int, str]] = set()
         self._retired: set[int] = set()
@@ -107,7 +113,7 @@ class DecoderLRU:
             slot = (episode, key, self._serial)
             factory = self._factory
             if factory is None:
-                factory = self._factory = _default_decoder_factory(self.frame_budget)
+                factory = self._factory = _default_decoder_factory(self.frame_budget, self.window_frames)
             self.opened += 1
         try:
             return slot, factory(clip)
@@ -234,8 +240,9 @@ class DecodeMapper(BaseNode[PendingSample]):
     With ``slots`` (:class:`BatchSlots`), each sample's camera frames are written into its place
     in the batch it will be part of, assigned in submission (= schedule) order.
     Each (episode, camera) has one decoder, which keeps its position between the episode's
-    anchors; the decoded frames all decoders keep are bounded by ``decoded_frame_budget_bytes``
-    (``None``: unbounded) and reported as gauges (``decoded_resident_bytes``/``_frames``,
+    anchors and keeps the frames a camera window spanning ``camera_window_frames`` frames
+    can ask for again (see :class:`DecoderLRU`); the decoded frames all decoders keep are
+    bounded by ``decoded_frame_budget_bytes`` (``None``: unbounded) and reported as gauges (``decoded_resident_bytes``/``_frames``,
     ``peak_decoded_bytes``/``_frames``, ``decoded_budget_bytes``) next to ``frames_decoded``
     and ``frames_delivered``.
     Errors keep their type (e.g. ``FrameTimestampError``) and gain a note naming the episode
@@ -257,6 +264,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         metrics: MetricsSink | None = None,
         decode_error_hint: Callable[[], str] | None = None,
         slots: BatchSlots | None = None,
+        camera_window_frames: int | None = None,
     ) -> None:
         super().__init__()
         if num_threads < 1:
@@ -265,7 +273,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         self.assemble = assemble
         self.num_threads = num_threads
         self.frame_budget = DecodedFrameBudget(decoded_frame_budget_bytes)
-        self.decoders = DecoderLRU(decoder_cache_size, decoder_factory, self.frame_budget)
+        self.decoders = DecoderLRU(decoder_cache_size, decoder_factory, self.frame_budget, camera_window_frames)
         self.metrics = metrics or NullMetrics()
         self._record = recorder(self.metrics)
         if decoded_frame_budget_bytes is not None:

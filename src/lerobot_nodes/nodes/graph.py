@@ -334,6 +334,7 @@ def build_streaming_graph(
         metrics=metrics,
         decode_error_hint=_stale_index_hint(source, meta) if index_provider is None else None,
         slots=slots,
+        camera_window_frames=spec.camera_window_frames(),
     )
     # Behind a batcher the state is asked at batch boundaries only: snapshot there, not per sample.
     buffer = OrderedBuffer(decoder, max_ahead=config.streaming_decoded_queue_size, snapshot_every=batch_size or 1)
