@@ -104,13 +104,15 @@ def _digest(batch: dict) -> list:
     ]
 
 
-def test_recycled_worker_storages_never_change_a_batch_still_held(small_dataset):
-    # Workers write a batch's camera storage again once the training process released it. Most
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_recycled_storages_never_change_a_batch_still_held(small_dataset, num_workers):
+    # A batch's camera storage is written again once the training process released it (by a
+    # worker, or by the graph in the training process itself with num_workers=0). Most
     # batches here are dropped on receipt (their storages are recycled); every third is kept to
     # the end of the epoch and must still hold what it held on receipt, and every batch must
     # equal that of a run that holds every batch (nothing released, nothing recycled).
     reference_dataset = _dataset(small_dataset)
-    reference = streaming_dataloader(reference_dataset, batch_size=4, num_workers=2)
+    reference = streaming_dataloader(reference_dataset, batch_size=4, num_workers=num_workers)
     try:
         held = [list(reference), list(reference)]  # two epochs, each in its own order
         expected = [[_digest(batch) for batch in epoch] for epoch in held]
@@ -120,7 +122,7 @@ def test_recycled_worker_storages_never_change_a_batch_still_held(small_dataset)
     finally:
         shutdown_dataloader(reference)
     dataset = _dataset(small_dataset)
-    loader = streaming_dataloader(dataset, batch_size=4, num_workers=2)  # prefetch_factor 4: 7 kept
+    loader = streaming_dataloader(dataset, batch_size=4, num_workers=num_workers)  # workers: prefetch_factor 4, 7 kept
     try:
         for epoch in range(2):
             kept: list[tuple[int, dict, list]] = []
@@ -141,6 +143,8 @@ def test_recycled_worker_storages_never_change_a_batch_still_held(small_dataset)
         assert report.batch_segments_reused >= total // 3, report  # most released segments were written again
     finally:
         shutdown_dataloader(loader)
+        reference_dataset.close()  # the graph threads of num_workers=0
+        dataset.close()
 
 
 def _assert_digests_equal(got: list, expected: list) -> None:

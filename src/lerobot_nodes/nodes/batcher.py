@@ -6,10 +6,11 @@ are views of one storage allocated per batch: in shared memory inside a DataLoad
 so a batch crosses to the training process as shared-memory segments and the training
 process does no per-sample work. Camera frames are normally decoded straight into their batch
 (:class:`~lerobot_nodes.nodes.batch_slots.BatchSlots`) and not copied again: a batch is then
-two segments, the cameras' and the other keys'. With ``recycled``, the cameras' segment is one a
-worker writes again once the training process has released it
-(:mod:`~lerobot_nodes.nodes.recycled_storage`): the batch is then a
-:class:`~lerobot_nodes.nodes.recycled_storage.RecycledBatch`, a plain ``dict`` once received.
+two segments, the cameras' and the other keys'. With ``recycled``, the cameras' storage is one
+written again once the training process has released it
+(:mod:`~lerobot_nodes.nodes.recycled_storage`): in a worker the batch is a
+:class:`~lerobot_nodes.nodes.recycled_storage.RecycledBatch`, a plain ``dict`` once received;
+in the training process itself it is that plain ``dict`` already.
 The last batch of an epoch holds what is left (no sample is dropped).
 
 State is transparent: the state of its source at the last batch boundary, in the source's
@@ -141,7 +142,8 @@ class SampleBatcher(BaseNode[dict[str, Any]]):
                 if isinstance(value, torch.Tensor):
                     storage = self.recycled.holding(value.untyped_storage().data_ptr())
                     if storage is not None:
-                        return RecycledBatch(batch, storage)
+                        recycled = RecycledBatch(batch, storage)
+                        return recycled if self.shared_memory else recycled.delivered()
         return batch
 
     def get_state(self) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
 from .pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
 from .prefetcher import BytePrefetcher
-from .recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, RecycledStorages
+from .recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, IN_PROCESS_KEEP, RecycledStorages
 from .sharder import RankWorkerSharder
 
 HEAP_TRIM_EVERY_BATCHES = 4
@@ -315,7 +315,9 @@ def build_streaming_graph(
             return int(index.height), int(index.width)
 
         if cameras:
-            recycled = RecycledStorages(keep=batches_in_flight + 1, metrics=metrics) if shared_memory_batches else None
+            # In this process the training step holds one batch while the buffer fills up to two more.
+            keep = batches_in_flight + 1 if shared_memory_batches else IN_PROCESS_KEEP
+            recycled = RecycledStorages(keep, metrics, shared=shared_memory_batches)
             slots = BatchSlots(
                 batch_size,
                 cameras,

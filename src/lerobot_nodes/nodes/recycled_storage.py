@@ -42,6 +42,11 @@ DEFAULT_BATCHES_IN_FLIGHT = 6
 ``prefetch_factor`` (4 with ``streaming_dataloader``, LeRobot's default), the batch a training
 step holds and the one it holds while the next is fetched."""
 
+IN_PROCESS_KEEP = 4
+"""Storages kept when batches are handed out in this process (``num_workers=0``): the batch a
+training step holds, the one it holds while the next is fetched, and up to two being filled
+(the ordered buffer runs up to ``streaming_decoded_queue_size`` samples ahead)."""
+
 DEFAULT_KEEP = DEFAULT_BATCHES_IN_FLIGHT + 1
 """Storages a worker keeps for reuse: the batches in flight and the one being filled."""
 
@@ -50,15 +55,18 @@ class RecycledStorages:
     """Shared-memory storages of a DataLoader worker, handed out again once released.
 
     Guarantee: :meth:`take` returns a storage only while no receiver can still read it: a new
-    one, or one whose trailer a receiver set to :data:`RELEASED`. At most ``keep`` storages are
+    one, or one whose trailer a receiver set to :data:`RELEASED`. ``shared``: storages in shared
+    memory (a DataLoader worker's); else process memory, for batches handed out in this process
+    (:meth:`RecycledBatch.delivered`), whose pages are then also allocated once. At most ``keep`` storages are
     kept; ``reused`` and ``created`` count what :meth:`take` returned (also in ``metrics`` as
     ``batch_segments_reused``/``_created``). Used from one thread.
     """
 
-    def __init__(self, keep: int = DEFAULT_KEEP, metrics: MetricsSink | None = None) -> None:
+    def __init__(self, keep: int = DEFAULT_KEEP, metrics: MetricsSink | None = None, *, shared: bool = True) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.keep = keep
+        self.shared = shared
         self.metrics = metrics or NullMetrics()
         self._kept: list[torch.UntypedStorage] = []
         self.reused = 0
@@ -74,7 +82,9 @@ class RecycledStorages:
                 self.reused += 1
                 self.metrics.add("batch_segments_reused", 1)
                 return storage
-        created: torch.UntypedStorage = torch.UntypedStorage._new_shared(total)  # type: ignore[no-untyped-call]
+        created: torch.UntypedStorage = (
+            torch.UntypedStorage._new_shared(total) if self.shared else torch.UntypedStorage(total)  # type: ignore[no-untyped-call]
+        )
         created[total - TRAILER_BYTES] = IN_USE
         self._kept.append(created)
         if len(self._kept) > self.keep:
@@ -119,6 +129,17 @@ class RecycledBatch(dict):  # type: ignore[type-arg]
         return {key: copy.deepcopy(value, memo) for key, value in self.items()}
 
     def __reduce__(self) -> tuple[Callable[..., dict[str, Any]], tuple[Any, ...]]:
+        return receive_recycled_batch, self.parts()
+
+    def delivered(self) -> dict[str, Any]:
+        """The batch as a receiver gets it, without a process boundary (``num_workers=0``)."""
+        return receive_recycled_batch(*self.parts())
+
+    def parts(
+        self,
+    ) -> tuple[torch.Tensor, list[tuple[str, torch.dtype, tuple[int, ...], int]], dict[str, Any], list[str]]:
+        """The storage as one uint8 tensor, ``(key, dtype, shape, byte offset)`` of the tensors in
+        it, the other items, and the key order: what :func:`receive_recycled_batch` takes."""
         storage = self.storage
         base = storage.data_ptr()
         layout: list[tuple[str, torch.dtype, tuple[int, ...], int]] = []
@@ -134,7 +155,7 @@ class RecycledBatch(dict):  # type: ignore[type-arg]
             else:
                 rest[key] = value
         whole = view_of(storage, 0, torch.uint8, (storage.nbytes(),))
-        return receive_recycled_batch, (whole, layout, rest, list(self.keys()))
+        return whole, layout, rest, list(self.keys())
 
 
 def receive_recycled_batch(
