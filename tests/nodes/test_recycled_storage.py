@@ -118,3 +118,16 @@ def test_keep_bounds_the_storages_a_worker_holds() -> None:
     assert [storages.holding(s.data_ptr()) is not None for s in taken] == [False, False, False, True, True]
     with pytest.raises(ValueError, match="keep"):
         RecycledStorages(keep=0)
+
+
+def test_released_storages_beyond_one_spare_are_dropped() -> None:
+    storages = RecycledStorages(keep=8, shared=False)
+    delivered = [_batch(storages, value).delivered() for value in range(3)]
+    kept = [storages.holding(batch["cam"].untyped_storage().data_ptr()) for batch in delivered]
+    assert all(storage is not None for storage in kept) and (storages.reused, storages.created) == (0, 3)
+    del delivered  # all three released at once: a consumer that fell behind caught up
+    again = storages.take(kept[0].nbytes() - TRAILER_BYTES)  # type: ignore[union-attr]
+    assert again.data_ptr() == kept[0].data_ptr()  # type: ignore[union-attr]
+    held = [storages.holding(storage.data_ptr()) is not None for storage in kept]  # type: ignore[union-attr]
+    assert held == [True, False, False]  # the reused one; released ones beyond SPARE (0) dropped
+    assert (storages.reused, storages.created) == (1, 3)

@@ -315,7 +315,7 @@ def build_streaming_graph(
             return int(index.height), int(index.width)
 
         if cameras:
-            # In this process the training step holds one batch while the buffer fills up to two more.
+            # In this process: see IN_PROCESS_KEEP.
             keep = batches_in_flight + 1 if shared_memory_batches else IN_PROCESS_KEEP
             recycled = RecycledStorages(keep, metrics, shared=shared_memory_batches)
             slots = BatchSlots(
