@@ -134,6 +134,29 @@ def leftovers(tree: dict[int, Proc], segments: set[str]) -> list[str]:
     return alive + sorted(segments & present) + sorted(n for n in present if n.startswith(torch_prefixes))
 
 
+def thread_states(tree: dict[int, Proc]) -> str:
+    """Each live process's threads with their state and kernel wait channel: where a run that
+    outlived its budget was waiting (read from /proc, for the failure message)."""
+    lines = []
+    for proc in tree.values():
+        if is_gone(proc):
+            continue
+        lines.append(f"{proc.role} {proc.pid}:")
+        try:
+            tasks = sorted(os.listdir(f"/proc/{proc.pid}/task"), key=int)
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                name = Path(f"/proc/{proc.pid}/task/{tid}/comm").read_text().strip()
+                wchan = Path(f"/proc/{proc.pid}/task/{tid}/wchan").read_text().strip()
+                state = Path(f"/proc/{proc.pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            lines.append(f"  {tid} {name} {state} {wchan}")
+    return "\n".join(lines)
+
+
 def wait_until_streaming(process: subprocess.Popen, record: Path) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not (record.exists() and record.read_text().count("\n") >= 3):
@@ -198,7 +221,11 @@ def test_stream_command_leaves_nothing_behind(small_dataset, tmp_path, signum):
     record = tmp_path / "record.jsonl"
     run = start(stream_command(small_dataset, record), record, tmp_path)
     left = run.signal_and_wait(signum)
-    assert not left, f"{GONE_WITHIN_S} s after {signum.name}: {left}"
+    if left:  # where each process waits, and what the run printed, before the group is killed
+        states = thread_states(run.tree)
+        os.killpg(run.process.pid, signal.SIGKILL)
+        stderr = run.stderr.read_text()[-4000:]
+        raise AssertionError(f"{GONE_WITHIN_S} s after {signum.name}: {left}\n{states}\nstderr:\n{stderr}")
     assert run.process.wait(timeout=10) == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum)
     if signum != signal.SIGKILL:
         stderr = run.stderr.read_text()
