@@ -25,6 +25,10 @@ RECEIVING_FROM_WORKERS = (
 )
 """Code that takes a batch's tensors from a DataLoader worker, one file descriptor per tensor."""
 
+IN_FINALIZER = ("/weakref.py",)
+"""Where an exception is printed and dropped instead of raised: ``weakref.finalize`` callbacks
+(a received batch's release runs in one, lerobot_nodes.nodes.recycled_storage)."""
+
 _deferred: list[int] = []
 
 
@@ -46,15 +50,16 @@ class Stopped(BaseException):
         return f"{command}: stopped by {signal.Signals(self.signum).name}{detail}"
 
 
-def _receiving_from_worker(frame: FrameType | None) -> bool:
-    """Whether the main thread is in the middle of taking a tensor from a worker.
+def _must_not_raise_here(frame: FrameType | None) -> bool:
+    """Whether the main thread is taking a tensor from a worker, or running a finalizer.
 
-    Breaking that handshake off makes the worker's descriptor-sharing thread print a
-    ``BrokenPipeError`` traceback while the loader shuts down. It lasts milliseconds, so the
-    stop waits for the batch to arrive (:func:`raise_if_stopped`).
+    Breaking the first handshake off makes the worker's descriptor-sharing thread print a
+    ``BrokenPipeError`` traceback while the loader shuts down; an exception raised in a
+    finalizer is printed and lost. Both last milliseconds, so the stop waits for the next
+    batch (:func:`raise_if_stopped`).
     """
     while frame is not None:
-        if frame.f_code.co_filename.replace("\\", "/").endswith(RECEIVING_FROM_WORKERS):
+        if frame.f_code.co_filename.replace("\\", "/").endswith(RECEIVING_FROM_WORKERS + IN_FINALIZER):
             return True
         frame = frame.f_back
     return False
@@ -63,8 +68,10 @@ def _receiving_from_worker(frame: FrameType | None) -> bool:
 def _stop(signum: int, frame: FrameType | None) -> None:
     for handled in HANDLED:
         signal.signal(handled, signal.SIG_DFL)
-    if _receiving_from_worker(frame):
-        _deferred.append(signum)
+    # Recorded either way: should the raise below still be swallowed somewhere (a ``__del__``),
+    # the loop's next raise_if_stopped() stops.
+    _deferred.append(signum)
+    if _must_not_raise_here(frame):
         return
     raise Stopped(signum)
 
