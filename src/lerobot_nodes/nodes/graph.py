@@ -239,8 +239,8 @@ def build_streaming_graph(
     ``assigned``/``carried``: the worker reads an elastic resume's remnant for this one epoch
     (:func:`schedule_sampler`). ``batch_size``: ``root`` yields batches collated by a
     :class:`SampleBatcher` (in shared memory with ``shared_memory_batches``, for DataLoader workers,
-    whose camera segments are recycled: up to ``batches_in_flight`` + 1 kept, see
-    :class:`~lerobot_nodes.nodes.recycled_storage.RecycledStorages`),
+    whose camera segments are recycled: up to ``batches_in_flight`` + 1 kept; in this process
+    up to ``IN_PROCESS_KEEP``, see :class:`~lerobot_nodes.nodes.recycled_storage.RecycledStorages`),
     and a :class:`HeapTrimmer` hands free heap memory back every ``trim_heap_every`` batches (None: never).
     """
     config = config or StreamingConfig()

@@ -1,11 +1,13 @@
-"""Shared-memory batch storages a DataLoader worker fills again once the training process let go.
+"""Batch storages written again once the training process has let go of the batch.
 
 A new shared-memory segment costs far more than the copy into it: the kernel allocates,
 zeroes and maps every 4 KiB page when the segment is created and first written, and frees
 them all when the last process unmaps it. For the ~15 MB camera storage of a batch that is
 about 15 ms of a worker's CPU per batch (2-core VM, kernel 6.18), a third of what decoding the
 batch costs. :class:`RecycledStorages` hands out storages that are written again once the
-training process no longer uses them, so their pages are allocated once.
+training process no longer uses them, so their pages are allocated once. With
+``num_workers=0`` the graph recycles the (process memory) storages of the batches it hands
+out the same way (:meth:`RecycledBatch.delivered`).
 
 The training process says when: a storage ends with a :data:`TRAILER_BYTES` trailer whose first
 byte is :data:`IN_USE` while a receiver may read the storage. A batch whose camera storage is
@@ -58,13 +60,13 @@ DEFAULT_KEEP = DEFAULT_BATCHES_IN_FLIGHT + 1
 
 
 class RecycledStorages:
-    """Shared-memory storages of a DataLoader worker, handed out again once released.
+    """Batch storages, handed out again once released: shared memory in a DataLoader worker.
 
     Guarantee: :meth:`take` returns a storage only while no receiver can still read it: a new
     one, or one whose trailer a receiver set to :data:`RELEASED`. ``shared``: storages in shared
     memory (a DataLoader worker's); else process memory, for batches handed out in this process
-    (:meth:`RecycledBatch.delivered`), whose pages are then also allocated once. At most ``keep`` storages are
-    kept; ``reused`` and ``created`` count what :meth:`take` returned (also in ``metrics`` as
+    (:meth:`RecycledBatch.delivered`). At most ``keep`` storages are kept; ``reused`` and
+    ``created`` count what :meth:`take` returned (also in ``metrics`` as
     ``batch_segments_reused``/``_created``). Used from one thread.
     """
 
@@ -79,7 +81,7 @@ class RecycledStorages:
         self.created = 0
 
     def take(self, nbytes: int) -> torch.UntypedStorage:
-        """A shared storage of ``nbytes`` plus the trailer, marked :data:`IN_USE`.
+        """A storage of ``nbytes`` plus the trailer, marked :data:`IN_USE`.
 
         Released storages beyond the one reused and :data:`SPARE` more are dropped: memory a
         slower consumer gave back goes back to the system instead of idling here.
