@@ -143,7 +143,8 @@ class SampleBatcher(BaseNode[dict[str, Any]]):
                     storage = self.recycled.holding(value.untyped_storage().data_ptr())
                     if storage is not None:
                         recycled = RecycledBatch(batch, storage)
-                        return recycled if self.shared_memory else recycled.delivered()
+                        # Shared storages cross to the training process; others are handed out here.
+                        return recycled if self.recycled.shared else recycled.delivered()
         return batch
 
     def get_state(self) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .metrics_sink import MetricsSink, NullMetrics
-from .storage_views import ALIGNMENT, view_of
+from .storage_views import ALIGNMENT, new_storage, view_of
 
 TRAILER_BYTES = ALIGNMENT
 """Bytes after the payload of a recycled storage; the first says whether a receiver holds it."""
@@ -99,9 +99,7 @@ class RecycledStorages:
             self.reused += 1
             self.metrics.add("batch_segments_reused", 1)
             return reusable
-        created: torch.UntypedStorage = (
-            torch.UntypedStorage._new_shared(total) if self.shared else torch.UntypedStorage(total)  # type: ignore[no-untyped-call]
-        )
+        created = new_storage(total, self.shared)
         created[total - TRAILER_BYTES] = IN_USE
         self._kept.append(created)
         if len(self._kept) > self.keep:

@@ -22,6 +22,13 @@ def view_of(storage: torch.UntypedStorage, byte_offset: int, dtype: torch.dtype,
     return view
 
 
+def new_storage(nbytes: int, shared: bool) -> torch.UntypedStorage:
+    """An uninitialised storage of ``nbytes``: in shared memory with ``shared``, else process memory."""
+    if shared:
+        return torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call, no-any-return]
+    return torch.UntypedStorage(nbytes)
+
+
 def tensors_in_one_storage(
     specs: Sequence[tuple[str, torch.dtype, Sequence[int]]],
     shared: bool,
@@ -41,10 +48,5 @@ def tensors_in_one_storage(
         for size in shape:
             count *= int(size)
         total += count * torch.empty(0, dtype=dtype).element_size()
-    if allocate is not None:
-        storage = allocate(total)
-    elif shared:
-        storage = torch.UntypedStorage._new_shared(total)  # type: ignore[no-untyped-call]
-    else:
-        storage = torch.UntypedStorage(total)
+    storage = allocate(total) if allocate is not None else new_storage(total, shared)
     return {name: view_of(storage, offset, dtype, shape) for (name, dtype, shape), offset in zip(specs, offsets, strict=True)}
