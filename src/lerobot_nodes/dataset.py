@@ -11,6 +11,7 @@ worker's graph state with each snapshot and restores it exactly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -18,6 +19,8 @@ import multiprocessing
 import multiprocessing.context
 import multiprocessing.util
 import os
+import signal
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -668,23 +671,61 @@ _LOG_RELAYS: weakref.WeakKeyDictionary[Any, WorkerLogRelay] = weakref.WeakKeyDic
 """The worker-log relay of each loader ``streaming_dataloader`` built, closed by ``shutdown_dataloader``."""
 
 
-def shutdown_dataloader(loader: Any) -> None:
+def shutdown_dataloader(loader: Any, *, within_s: float | None = None) -> None:
     """Stop ``loader``'s worker processes now and wait for them.
 
     Persistent workers otherwise live until the loader is garbage collected. This is the
     shutdown torch runs when an iterator is collected (``_shutdown_workers``: tell each
     worker to stop, join it for up to 5 s, terminate it if it has not stopped); idempotent,
-    and a no-op without workers.
+    and a no-op without workers. ``within_s``: a worker still running that long after the
+    shutdown began is terminated at once (with a warning naming it), instead of after torch's
+    5 s per worker: what a stop signal wants (``lerobot-nodes stream`` on SIGTERM/SIGINT).
     """
     iterator = getattr(loader, "_iterator", None)
     shutdown = getattr(iterator, "_shutdown_workers", None)
     if shutdown is not None:
-        shutdown()
+        deadline = None
+        if within_s is not None and getattr(iterator, "_workers", None):
+            deadline = threading.Timer(within_s, _terminate_stragglers, args=(iterator, within_s))
+            deadline.daemon = True
+            deadline.start()
+        try:
+            shutdown()
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+                deadline.join()
     if iterator is not None:
         loader._iterator = None
     relay = _LOG_RELAYS.pop(loader, None)
     if relay is not None:
         relay.close()  # after the workers: their last records are relayed first
+
+
+def _terminate_stragglers(iterator: Any, within_s: float) -> None:
+    # By pid: Process.is_alive() would read the worker's sentinel, which the main thread's join
+    # is reading at the same time (a forkserver worker's exit status is read once).
+    stragglers = []
+    for worker in iterator._workers:
+        try:
+            os.kill(worker.pid, 0)
+        except (ProcessLookupError, TypeError):
+            continue  # gone already (or never started)
+        stragglers.append(worker.pid)
+    if not stragglers:
+        return
+    # As torch's own shutdown does before it terminates a worker (the main thread is still joining
+    # one): forget the workers' pids, so that torch's SIGCHLD handler does not report a failure.
+    if getattr(iterator, "_worker_pids_set", False):
+        from torch.utils.data._utils import signal_handling
+
+        iterator._worker_pids_set = False
+        with contextlib.suppress(RuntimeError):  # the main thread got there first
+            signal_handling._remove_worker_pids(id(iterator))
+    for pid in stragglers:
+        logger.warning("DataLoader worker (pid %s) still running %.1f s after the shutdown began: terminated", pid, within_s)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 def start_worker_context() -> multiprocessing.context.BaseContext:

@@ -10,6 +10,7 @@ stdlib forkserver and the resource tracker, found by command line in its session
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -157,6 +158,16 @@ def thread_states(tree: dict[int, Proc]) -> str:
     return "\n".join(lines)
 
 
+def dump_python_stacks(tree: dict[int, Proc]) -> None:
+    """Ask each live process of the run for its threads' Python stacks (``lerobot-nodes`` prints
+    them to its stderr on SIGUSR2, workers included), and give them a moment to print."""
+    for proc in tree.values():
+        if proc.role == "python" and not is_gone(proc):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGUSR2)
+            time.sleep(0.5)  # one at a time: dumps printed at once interleave in the shared stderr
+
+
 def wait_until_streaming(process: subprocess.Popen, record: Path) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not (record.exists() and record.read_text().count("\n") >= 3):
@@ -223,8 +234,9 @@ def test_stream_command_leaves_nothing_behind(small_dataset, tmp_path, signum):
     left = run.signal_and_wait(signum)
     if left:  # where each process waits, and what the run printed, before the group is killed
         states = thread_states(run.tree)
+        dump_python_stacks(run.tree)
         os.killpg(run.process.pid, signal.SIGKILL)
-        stderr = run.stderr.read_text()[-4000:]
+        stderr = run.stderr.read_text()[-20000:]
         raise AssertionError(f"{GONE_WITHIN_S} s after {signum.name}: {left}\n{states}\nstderr:\n{stderr}")
     assert run.process.wait(timeout=10) == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum)
     if signum != signal.SIGKILL:
@@ -233,6 +245,30 @@ def test_stream_command_leaves_nothing_behind(small_dataset, tmp_path, signum):
         last = stderr.splitlines()[-1]
         assert last.startswith(f"lerobot-nodes stream: stopped by {signum.name} after step "), stderr
         assert last.endswith("of 100000; DataLoader workers shut down") and stderr.count("stopped by") == 1
+
+
+def test_sigusr2_prints_every_threads_stack_and_streaming_goes_on(small_dataset, tmp_path):
+    record = tmp_path / "record.jsonl"
+    run = start(stream_command(small_dataset, record), record, tmp_path)
+    server = worker_server(run.process.pid, run.tree)
+    workers = [proc for proc in run.tree.values() if proc.parent == server.pid]
+    try:
+        deadline = time.monotonic() + 30
+        # One at a time: two processes dumping at once interleave their lines in the shared stderr.
+        for pid, frame in ((run.process.pid, "in _stream_steps"), (workers[0].pid, "in _worker_loop")):
+            os.kill(pid, signal.SIGUSR2)
+            while frame not in (text := run.stderr.read_text()):
+                assert time.monotonic() < deadline, text[-4000:]
+                time.sleep(0.05)
+            time.sleep(0.2)  # the rest of that dump
+        streamed = record.read_text().count("\n")
+        while record.read_text().count("\n") < streamed + 3:  # still streaming after the dumps
+            assert run.process.poll() is None and time.monotonic() < deadline, run.stderr.read_text()[-4000:]
+            time.sleep(0.05)
+    finally:
+        left = run.signal_and_wait(signal.SIGTERM)
+    assert not left, f"{GONE_WITHIN_S} s after SIGTERM: {left}"
+    assert "Traceback" not in run.stderr.read_text()
 
 
 @pytest.mark.parametrize("how", ["streaming_dataloader", "stateful_dataloader"])

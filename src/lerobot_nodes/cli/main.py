@@ -31,7 +31,7 @@ from .console import (
     exit_process,
     run_reporting_errors,
 )
-from .signals import Stopped, stopping_on_signals
+from .signals import Stopped, dump_stacks_on_signal, stopping_on_signals
 
 PROG = "lerobot-nodes"
 COMMANDS = ("stream", "inspect", "demo", "cache", "train")
@@ -317,6 +317,7 @@ def _run(argv: list[str]) -> int:
         flags = {"dataset": dataset, "streaming": streaming, "training": training}
     args = build_parser().parse_args([command, *rest])
     vars(args).update(flags)
+    dump_stacks_on_signal()
     with stopping_on_signals():
         try:
             return int(args.handler(args))

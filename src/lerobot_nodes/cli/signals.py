@@ -11,6 +11,7 @@ workers and forkserver still end with the process, see ``lerobot_nodes.lifeline`
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import threading
 from collections.abc import Iterator
@@ -28,6 +29,10 @@ RECEIVING_FROM_WORKERS = (
 IN_FINALIZER = ("/weakref.py",)
 """Where an exception is printed and dropped instead of raised: ``weakref.finalize`` callbacks
 (a received batch's release runs in one, lerobot_nodes.nodes.recycled_storage)."""
+
+WORKERS_STOP_WITHIN_S = 2.0
+"""After a stop signal, DataLoader workers still running this long into the shutdown are terminated
+(torch would wait 5 s for each)."""
 
 _deferred: list[int] = []
 
@@ -74,6 +79,18 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     if _must_not_raise_here(frame):
         return
     raise Stopped(signum)
+
+
+STACK_DUMP_SIGNAL: int | None = getattr(signal, "SIGUSR2", None)
+"""``kill -USR2 <pid>`` prints the Python stack of every thread of a running command to stderr.
+Registered before DataLoader workers are forked, so their stacks come too (SIGUSR1 is left alone:
+SLURM sends it ahead of a time limit)."""
+
+
+def dump_stacks_on_signal() -> None:
+    """Print every thread's Python stack on :data:`STACK_DUMP_SIGNAL` (where the platform has it)."""
+    if STACK_DUMP_SIGNAL is not None and threading.current_thread() is threading.main_thread():
+        faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)
 
 
 def raise_if_stopped() -> None:

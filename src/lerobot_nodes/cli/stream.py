@@ -29,7 +29,7 @@ from ..map_style import MapStyleLeRobotDataset
 from ..meta import load_meta
 from ..sources.resolve import open_source
 from .flags import DATASET_FLAGS, TRAINING_FLAGS, with_defaults
-from .signals import Stopped, raise_if_stopped
+from .signals import WORKERS_STOP_WITHIN_S, Stopped, raise_if_stopped
 
 EACH_CAMERA = "each camera"
 POLICY_WINDOWS: dict[str, dict[str, range]] = {
@@ -186,7 +186,7 @@ def _stream_steps(
             f"num_workers={num_workers} seed={dataset.seed} steps={start_step}..{steps}"
         )
     step = start_step
-    # Both close on an error too, so the error line starts on a line of its own.
+    stopped = False
     try:
         # Both close on an error too, so the error line starts on a line of its own.
         with (
@@ -214,11 +214,12 @@ def _stream_steps(
                     if step >= steps:
                         break
     except Stopped as stop:
+        stopped = True
         stop.detail = f"after step {step} of {steps}; DataLoader workers shut down"
         raise
     finally:
         # Workers first: they write the shared counters the caller then releases.
-        shutdown_dataloader(loader)
+        shutdown_dataloader(loader, within_s=WORKERS_STOP_WITHIN_S if stopped else None)
     if not quiet:
         print("end of run:")
         print(dataset.metrics.report().table())
