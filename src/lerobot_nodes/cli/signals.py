@@ -88,9 +88,14 @@ SLURM sends it ahead of a time limit)."""
 
 
 def dump_stacks_on_signal() -> None:
-    """Print every thread's Python stack on :data:`STACK_DUMP_SIGNAL` (where the platform has it)."""
-    if STACK_DUMP_SIGNAL is not None and threading.current_thread() is threading.main_thread():
+    """Print every thread's Python stack on :data:`STACK_DUMP_SIGNAL` (where the platform has it)
+    to stderr; a no-op where stderr has no file descriptor (a command run inside a test's capture)."""
+    if STACK_DUMP_SIGNAL is None or threading.current_thread() is not threading.main_thread():
+        return
+    try:
         faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)
+    except (AttributeError, ValueError, OSError, RuntimeError):  # io.UnsupportedOperation is both of the last two
+        return
 
 
 def raise_if_stopped() -> None:
