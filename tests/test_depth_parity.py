@@ -35,6 +35,29 @@ def private_index_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lerobot-home"))
 
 
+def _exp_rounding(quantization: DepthQuantization, unit: str) -> float:
+    """How far a float depth in ``unit`` may lie from a golden made on another CPU: logarithmic
+    quantisation computes ``exp(...) - shift`` in float32, and the last bit of ``exp`` is the
+    CPU's (LeRobot 0.6.1's own ``dequantize_depth`` on an AVX-512 Xeon differs from these goldens,
+    made elsewhere, by one ulp of ``exp`` for ~1.5 % of codes, and from this package by none).
+    Millimetres are rounded, linear quantisation has no ``exp``: both stay exact."""
+    if unit != "m" or not quantization.use_log:
+        return 0.0
+    return float(np.spacing(np.float32(quantization.depth_max + quantization.shift)))
+
+
+DEPTH_QUANTIZATION = DepthQuantization.from_feature(
+    DEPTH, json.loads((ROOT / "meta" / "info.json").read_text())["features"][DEPTH]
+)
+
+
+def _assert_equal_up_to_exp_rounding(got: np.ndarray, reference: np.ndarray, tolerance: float, where) -> None:
+    if tolerance == 0.0:
+        assert np.array_equal(got, reference), where
+    else:
+        assert np.max(np.abs(got.astype(np.float64) - reference.astype(np.float64))) <= tolerance, where
+
+
 def _assert_is_golden(sample, index, spec, golden):
     expected = spec["samples"][str(index)]
     assert list(sample) == list(expected), f"key order differs at index {index}"
@@ -46,7 +69,8 @@ def _assert_is_golden(sample, index, spec, golden):
         assert isinstance(value, torch.Tensor), (index, key)
         assert value.numpy().dtype == reference.dtype, (index, key)
         assert tuple(value.shape) == reference.shape, (index, key)
-        assert np.array_equal(value.numpy(), reference), (index, key)
+        tolerance = _exp_rounding(DEPTH_QUANTIZATION, spec["depth_output_unit"]) if key == DEPTH else 0.0
+        _assert_equal_up_to_exp_rounding(value.numpy(), reference, tolerance, (index, key))
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -126,7 +150,8 @@ def test_lerobot_dequantisation_of_every_code():
             got = dequantize(codes, DepthQuantization(**params), unit)
             reference = golden[f"{name}/{unit}"]
             assert got.dtype == torch.float32 and tuple(got.shape) == reference.shape, (name, unit)
-            assert np.array_equal(got.numpy(), reference), (name, unit)
+            tolerance = _exp_rounding(DepthQuantization(**params), unit)
+            _assert_equal_up_to_exp_rounding(got.numpy(), reference, tolerance, (name, unit))
 
 
 def test_unknown_depth_unit_is_a_config_error():
