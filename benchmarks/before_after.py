@@ -54,12 +54,27 @@ def child(root: str, workers: int, batches: int, window_name: str) -> None:
     iterator = iter(loader)
     next(iterator)
     first = time.perf_counter()
+    workers_pids = [worker.pid for worker in getattr(iterator, "_workers", [])]
+    cpu_before = time.process_time() + sum(_cpu_seconds(pid) for pid in workers_pids)
     for _ in range(batches):
         next(iterator)
     done = time.perf_counter()
+    cpu = time.process_time() + sum(_cpu_seconds(pid) for pid in workers_pids) - cpu_before
     shutdown_dataloader(loader)
     dataset.close()
-    print(json.dumps({"first_batch_s": first - started, "samples_per_s": batches * 32 / (done - first)}))
+    record = {
+        "first_batch_s": first - started,
+        "samples_per_s": batches * 32 / (done - first),
+        "cpu_ms_per_sample": cpu / (batches * 32) * 1e3,
+    }
+    print(json.dumps(record))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -89,15 +104,23 @@ def main() -> None:
                 record = json.loads(out.stdout.strip().splitlines()[-1])
                 results.setdefault((label, workers), []).append(record)
                 print(label, workers, record, file=sys.stderr, flush=True)
-    print("| workers | samples/s before | samples/s after | after / before | first batch s before | first batch s after |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| workers | samples/s before | samples/s after | after / before | CPU ms/sample before | CPU ms/sample after "
+        "| first batch s before | first batch s after |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for workers in (0, 2):
         before, after = results[("before", workers)], results[("after", workers)]
         rate_b = statistics.median(r["samples_per_s"] for r in before)
         rate_a = statistics.median(r["samples_per_s"] for r in after)
         first_b = statistics.median(r["first_batch_s"] for r in before)
         first_a = statistics.median(r["first_batch_s"] for r in after)
-        print(f"| {workers} | {rate_b:.0f} | {rate_a:.0f} | {rate_a / rate_b:.2f}x | {first_b:.2f} | {first_a:.2f} |")
+        cpu_b = statistics.median(r["cpu_ms_per_sample"] for r in before)
+        cpu_a = statistics.median(r["cpu_ms_per_sample"] for r in after)
+        print(
+            f"| {workers} | {rate_b:.0f} | {rate_a:.0f} | {rate_a / rate_b:.2f}x | {cpu_b:.2f} | {cpu_a:.2f} "
+            f"| {first_b:.2f} | {first_a:.2f} |"
+        )
 
 
 if __name__ == "__main__":

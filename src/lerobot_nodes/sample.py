@@ -105,8 +105,9 @@ def _row_value(episode: EpisodeData, key: str, frame: int) -> Any:
     return value
 
 
-def assemble_sample(spec: SampleSpec, episode: EpisodeData, frame: int, decode_video: VideoDecodeFn) -> dict[str, Any]:
-    """The sample of ``frame`` (episode-relative) of ``episode``."""
+def row_values(spec: SampleSpec, episode: EpisodeData, frame: int) -> dict[str, Any]:
+    """The data columns of ``frame`` (delta windows where asked, as tensors), then the pad masks
+    of every windowed key: a sample's keys after its cameras and before ``task``."""
     item: dict[str, Any] = {key: _row_value(episode, key, frame) for key in episode.column_order}
     for key in spec.image_keys:
         if key in item:
@@ -128,23 +129,47 @@ def assemble_sample(spec: SampleSpec, episode: EpisodeData, frame: int, decode_v
             else:
                 raise KeyError(f"delta_timestamps key {key!r} is neither a data column nor a video of the dataset")
         item.update(queried)
-    if spec.video_keys:
-        frames = {}
-        for key, timestamps in spec.video_timestamps(episode, frame).items():
-            decoded = decode_video(key, timestamps)
-            if key in spec.depth_videos:
-                decoded = dequantize(decoded, spec.depth_videos[key], spec.depth_output_unit)
-            frames[key] = decoded.squeeze(0)
-        item = {**frames, **item}
+    return item
+
+
+def camera_frames(spec: SampleSpec, episode: EpisodeData, frame: int, decode_video: VideoDecodeFn) -> dict[str, Any]:
+    """Each camera's frames for ``frame``: ``(C, H, W)``, or ``(T, C, H, W)`` for a camera window
+    (depth cameras dequantised), in ``spec.video_keys`` order."""
+    frames = {}
+    for key, timestamps in spec.video_timestamps(episode, frame).items():
+        decoded = decode_video(key, timestamps)
+        if key in spec.depth_videos:
+            decoded = dequantize(decoded, spec.depth_videos[key], spec.depth_output_unit)
+        frames[key] = decoded.squeeze(0)
+    return frames
+
+
+def task_of(spec: SampleSpec, task_index: int, episode: int, frame: int) -> str:
+    """The task string of ``task_index``; a clear error naming the episode and frame when there is none."""
+    if not 0 <= task_index < len(spec.tasks):
+        raise MetadataError(
+            f"episode {episode}, frame {frame}: task_index {task_index} is not in meta/tasks.parquet "
+            f"({len(spec.tasks)} tasks)"
+        )
+    return spec.tasks[task_index]
+
+
+def finish_sample(
+    spec: SampleSpec, cameras: Mapping[str, Any], rows: Mapping[str, Any], episode: EpisodeData, frame: int
+) -> dict[str, Any]:
+    """The sample from its camera frames and :func:`row_values`: cameras first, image transforms
+    applied, ``task`` last."""
+    item = {**cameras, **rows}
     if spec.image_transforms is not None:
         for key in spec.video_keys + spec.image_keys:
             if key not in spec.depth_keys:
                 item[key] = spec.image_transforms(item[key])
-    task_index = int(item["task_index"])
-    if not 0 <= task_index < len(spec.tasks):
-        raise MetadataError(
-            f"episode {episode.episode_index}, frame {frame}: task_index {task_index} is not in meta/tasks.parquet "
-            f"({len(spec.tasks)} tasks)"
-        )
-    item["task"] = spec.tasks[task_index]
+    item["task"] = task_of(spec, int(item["task_index"]), episode.episode_index, frame)
     return item
+
+
+def assemble_sample(spec: SampleSpec, episode: EpisodeData, frame: int, decode_video: VideoDecodeFn) -> dict[str, Any]:
+    """The sample of ``frame`` (episode-relative) of ``episode``."""
+    rows = row_values(spec, episode, frame)
+    cameras = camera_frames(spec, episode, frame, decode_video) if spec.video_keys else {}
+    return finish_sample(spec, cameras, rows, episode, frame)

@@ -23,10 +23,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 from torchdata.nodes import BaseNode
 
+from ..batch_rows import PartialSample, gather_rows, row_layout
 from .recycled_storage import RecycledBatch, RecycledStorages
 from .storage_views import tensors_in_one_storage, view_of
 
@@ -95,6 +97,34 @@ def collate_into_one_storage(samples: Sequence[dict[str, Any]], shared: bool) ->
     return batch
 
 
+def collate_partial_samples(samples: Sequence[PartialSample], shared: bool) -> dict[str, Any]:
+    """:func:`collate_into_one_storage` of the completed samples, with the rows gathered per
+    episode straight into the batch's storage (:mod:`lerobot_nodes.batch_rows`); cameras
+    decoded in place are not copied, others (depth) are stacked into the same storage."""
+    first = samples[0]
+    count = len(samples)
+    layout = row_layout(first.spec, [sample.episode for sample in samples], count)
+    if layout is None:
+        return collate_into_one_storage([sample.complete() for sample in samples], shared)
+    cameras: dict[str, torch.Tensor | None] = {
+        key: assembled_in_place([sample.cameras[key] for sample in samples]) for key in first.cameras
+    }
+    specs = [(key, first.cameras[key].dtype, (count, *first.cameras[key].shape)) for key, view in cameras.items() if view is None]
+    specs += [(key, torch.from_numpy(np.empty(0, dtype)).dtype, shape) for key, dtype, shape in layout]
+    views = tensors_in_one_storage(specs, shared)
+    batch: dict[str, Any] = {}
+    for key, view in cameras.items():
+        if view is None:
+            view = torch.stack([sample.cameras[key] for sample in samples], out=views[key])
+        batch[key] = view
+    arrays = {key: views[key].numpy() for key, _, _ in layout}
+    tasks = gather_rows(first.spec, [(sample.episode, sample.frame) for sample in samples], arrays)
+    for key, _, _ in layout:
+        batch[key] = views[key]
+    batch["task"] = tasks
+    return batch
+
+
 class SampleBatcher(BaseNode[dict[str, Any]]):
     """Batches of ``batch_size`` samples of ``source``, collated into one storage per batch.
 
@@ -135,7 +165,10 @@ class SampleBatcher(BaseNode[dict[str, Any]]):
                 break
         if not samples:
             raise StopIteration
-        batch = collate_into_one_storage(samples, self.shared_memory)
+        if isinstance(samples[0], PartialSample):
+            batch = collate_partial_samples(samples, self.shared_memory)  # type: ignore[arg-type]
+        else:
+            batch = collate_into_one_storage(samples, self.shared_memory)
         self._boundary = self.source.state_dict()
         if self.recycled is not None:
             for value in batch.values():

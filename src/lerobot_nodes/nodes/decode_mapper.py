@@ -21,9 +21,10 @@ from typing import Any, Protocol
 import torch
 from torchdata.nodes import BaseNode
 
+from ..batch_rows import PartialSample
 from ..mp4.decode import DecodedFrameBudget, VideoDecodeError
 from ..mp4.layout import Clip
-from ..sample import SampleSpec, assemble_sample
+from ..sample import SampleSpec, assemble_sample, camera_frames
 from .batch_slots import BatchSlots
 from .episode_fetch import EpisodePayload, add_context
 from .metrics_sink import MetricsSink, NullMetrics, recorder
@@ -49,6 +50,9 @@ class ClipDecoderLike(Protocol):
 
     def close(self) -> None: ...
 
+
+DecodedSample = dict[str, Any] | PartialSample
+"""What a decode thread makes of a schedule item: the whole sample, or its cameras with the rows deferred."""
 
 ClipDecoderFactory = Callable[[Clip], ClipDecoderLike]
 """``clip -> decoder``: the clip's bytes are ``clip.data``, its sample layout ``clip.layout``."""
@@ -162,13 +166,19 @@ class SampleAssembler:
     """Builds the sample of one schedule item from its episode payload.
 
     Video frames are decoded from the episode's clips at file time ``from_timestamp + t``,
-    exactly the timestamps the map-style reader decodes.
+    exactly the timestamps the map-style reader decodes. With ``defer_rows`` (batches assembled
+    by a :class:`~lerobot_nodes.nodes.batcher.SampleBatcher`, no image transforms) only the
+    camera frames are made here: the result is a :class:`~lerobot_nodes.batch_rows.PartialSample`
+    whose data columns the batcher gathers for the whole batch.
     """
 
-    def __init__(self, spec: SampleSpec, *, tolerance_s: float = 1e-4, return_uint8: bool = False) -> None:
+    def __init__(
+        self, spec: SampleSpec, *, tolerance_s: float = 1e-4, return_uint8: bool = False, defer_rows: bool = False
+    ) -> None:
         self.spec = spec
         self.tolerance_s = tolerance_s
         self.return_uint8 = return_uint8
+        self.defer_rows = defer_rows
 
     def __call__(
         self,
@@ -202,15 +212,20 @@ class SampleAssembler:
             counts.frames_decoded += after - before if before is not None and after is not None else len(timestamps)
             return frames
 
-        counts.sample = assemble_sample(self.spec, payload.data, frame, decode)
+        if self.defer_rows:
+            cameras = camera_frames(self.spec, payload.data, frame, decode)
+            counts.sample = PartialSample(self.spec, cameras, payload.data, frame)
+        else:
+            counts.sample = assemble_sample(self.spec, payload.data, frame, decode)
         return counts
 
 
 @dataclass
 class AssembledSample:
-    """A sample, the video frames it returned and the frames the codec decoded for it."""
+    """A sample (or, with deferred rows, its camera frames), the video frames it returned and the
+    frames the codec decoded for it."""
 
-    sample: dict[str, Any]
+    sample: DecodedSample
     frames_delivered: int = 0
     frames_decoded: int = 0
 
@@ -220,11 +235,11 @@ class PendingSample:
 
     __slots__ = ("item", "future")
 
-    def __init__(self, item: ScheduleItem, future: Future[dict[str, Any]]) -> None:
+    def __init__(self, item: ScheduleItem, future: Future[DecodedSample]) -> None:
         self.item = item
         self.future = future
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> DecodedSample:
         return self.future.result()
 
     def cancel(self) -> None:
@@ -320,7 +335,7 @@ class DecodeMapper(BaseNode[PendingSample]):
 
     def _run(
         self, task: SampleTask, cancelled: threading.Event, destination: Mapping[str, torch.Tensor] | None = None
-    ) -> dict[str, Any]:
+    ) -> DecodedSample:
         item = task.item
         try:
             # A fetch error is shared by every sample of its episode and already names the

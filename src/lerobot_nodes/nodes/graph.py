@@ -328,7 +328,10 @@ def build_streaming_graph(
             )
     decoder = DecodeMapper(
         prefetcher,
-        SampleAssembler(spec, tolerance_s=tolerance_s, return_uint8=return_uint8),
+        # Behind a batcher without transforms the rows are gathered per batch (lerobot_nodes.batch_rows).
+        SampleAssembler(
+            spec, tolerance_s=tolerance_s, return_uint8=return_uint8, defer_rows=batch_size is not None and image_transforms is None
+        ),
         num_threads=config.streaming_decode_threads,
         decoder_cache_size=config.worker_decoder_cache_size(pool_size, len(meta.video_keys), num_workers),
         decoder_factory=decoder_factory,

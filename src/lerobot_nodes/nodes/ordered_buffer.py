@@ -23,7 +23,7 @@ from typing import Any
 from torchdata.nodes import BaseNode
 
 from ..errors import GraphFailedError
-from .decode_mapper import PendingSample
+from .decode_mapper import DecodedSample, PendingSample
 
 
 @dataclass
@@ -33,7 +33,7 @@ class _Slot:
     error: BaseException | None = None
 
 
-class OrderedBuffer(BaseNode[dict[str, Any]]):
+class OrderedBuffer(BaseNode[DecodedSample]):
     """Returns samples in schedule order with at most ``max_ahead`` pending at once.
 
     Errors: an error of any stage is raised at its place in the order (earlier samples are
@@ -78,7 +78,7 @@ class OrderedBuffer(BaseNode[dict[str, Any]]):
             self._num_yielded = 0
         self._snapshot_at = self._num_yielded
 
-    def next(self) -> dict[str, Any]:
+    def next(self) -> DecodedSample:
         if self._failure is not None:
             raise GraphFailedError(
                 f"the streaming graph stopped after an error ({type(self._failure).__name__}: {self._failure}); "
