@@ -21,10 +21,11 @@ from .errors import ConfigError, MetadataError
 from .meta import DatasetMeta
 from .windows import check_delta_timestamps, delta_indices, pad_key, resolve_window
 
-VideoDecodeFn = Callable[[str, list[float]], torch.Tensor]
+VideoDecodeFn = Callable[[str, list[float]], Any]
 """``(video_key, episode-relative timestamps) -> (T, C, H, W)`` frames; for the depth cameras of
 ``SampleSpec.depth_videos`` the ``(T, 1, H, W)`` uint16 codes (``depth=True`` decoding), which
-:func:`assemble_sample` dequantises."""
+:func:`assemble_sample` dequantises. What is not a tensor (the place in a batch the frames were
+written into, :class:`~lerobot_nodes.nodes.batch_slots.BatchPlace`) is kept as it is."""
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,11 @@ def camera_frames(spec: SampleSpec, episode: EpisodeData, frame: int, decode_vid
     frames = {}
     for key, timestamps in spec.video_timestamps(episode, frame).items():
         decoded = decode_video(key, timestamps)
-        if key in spec.depth_videos:
-            decoded = dequantize(decoded, spec.depth_videos[key], spec.depth_output_unit)
-        frames[key] = decoded.squeeze(0)
+        if isinstance(decoded, torch.Tensor):
+            if key in spec.depth_videos:
+                decoded = dequantize(decoded, spec.depth_videos[key], spec.depth_output_unit)
+            decoded = decoded.squeeze(0)
+        frames[key] = decoded
     return frames
 
 

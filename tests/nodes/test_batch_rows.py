@@ -102,3 +102,24 @@ def test_a_task_index_without_a_task_names_the_episode_and_frame():
     episode.arrays["task_index"][2] = 7
     with pytest.raises(MetadataError, match=r"episode 3, frame 2: task_index 7 is not in meta/tasks.parquet"):
         collate_partial_samples(_partials(spec, [(episode, 1), (episode, 2)]), False)
+
+
+@pytest.mark.parametrize("with_text", [False, True])
+def test_cameras_written_in_place_are_the_batch_itself_on_both_routes(with_text):
+    from lerobot_nodes.nodes.batch_slots import BatchSlots
+
+    spec = _spec({"action": [0, 1]})
+    episode = _episode(4, 6, with_text=with_text)
+    slots = BatchSlots(3, {CAMERA: 1}, lambda key, episode: (2, 2), return_uint8=True, shared_memory=False)
+    samples = []
+    for frame in (5, 0, 2):
+        place = slots.next_slot(episode=4)[CAMERA]
+        place.frames[...] = frame  # what a decode thread does
+        samples.append(PartialSample(spec, {CAMERA: place}, episode, frame))
+    got = collate_partial_samples(samples, False)
+    assert got[CAMERA].data_ptr() == samples[0].cameras[CAMERA].batch.data_ptr()  # not copied
+    assert got[CAMERA].shape == (3, 3, 2, 2) and got[CAMERA][:, 0, 0, 0].tolist() == [5, 0, 2]
+    expected = default_collate(
+        [PartialSample(spec, {CAMERA: s.cameras[CAMERA].tensor().clone()}, episode, s.frame).complete() for s in samples]
+    )
+    _assert_equal(got, expected)

@@ -129,21 +129,31 @@ def test_batch_size_must_be_positive() -> None:
 
 def test_batch_slots_hand_out_places_the_batcher_takes_without_copying() -> None:
     from lerobot_nodes.nodes.batch_slots import BatchSlots
-    from lerobot_nodes.nodes.batcher import assembled_in_place
+    from lerobot_nodes.nodes.batcher import assembled_in_place, batch_of_places
 
     slots = BatchSlots(3, {"top": 1, "wrist": 2}, lambda key, episode: (4, 5), return_uint8=True, shared_memory=False)
     places = [slots.next_slot(episode=0) for _ in range(4)]
-    assert places[0]["top"].shape == (1, 3, 4, 5) and places[0]["wrist"].shape == (2, 3, 4, 5)
-    first_batch = [place["top"].squeeze(0) for place in places[:3]]
-    for value, place in enumerate(first_batch):
-        place.fill_(value)
-    whole = assembled_in_place(first_batch)
-    assert whole is not None and whole.shape == (3, 3, 4, 5)
+    assert places[0]["top"].frames.shape == (1, 3, 4, 5) and places[0]["wrist"].frames.shape == (2, 3, 4, 5)
+    for value, place in enumerate(places[:3]):
+        place["top"].frames[...] = value  # what a decode thread does
+        place["wrist"].frames[...] = 10 + value
+    whole = batch_of_places([place["top"] for place in places[:3]])
+    assert whole is not None and whole.shape == (3, 3, 4, 5)  # one frame: no window axis, as LeRobot collates
     assert [int(whole[i].max()) for i in range(3)] == [0, 1, 2]
+    wrist = batch_of_places([place["wrist"] for place in places[:3]])
+    assert wrist is not None and wrist.shape == (3, 2, 3, 4, 5) and int(wrist[2].min()) == 12
+    # A short last batch is the head of its batch; places out of order or of two batches are not one view.
+    head = batch_of_places([place["top"] for place in places[:2]])
+    assert head is not None and head.shape == (2, 3, 4, 5) and head.data_ptr() == whole.data_ptr()
+    assert batch_of_places([places[1]["top"], places[0]["top"]]) is None
+    assert batch_of_places([places[0]["top"], places[3]["top"]]) is None
+    # The per-sample views of one batch lie back to back: the per-sample collate takes them too.
+    assert torch.equal(assembled_in_place([place["top"].tensor() for place in places[:3]]), whole)
     # The fourth sample starts a new batch: a new storage.
-    assert places[3]["top"].untyped_storage().data_ptr() != places[0]["top"].untyped_storage().data_ptr()
+    assert places[3]["top"].batch.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr()
     # Separate tensors, or places out of order, are copied as usual.
     assert assembled_in_place([torch.zeros(3, 4, 5) for _ in range(3)]) is None
-    assert assembled_in_place([first_batch[1], first_batch[0]]) is None
+    assert assembled_in_place([places[1]["top"].tensor(), places[0]["top"].tensor()]) is None
     slots.reset()
-    assert slots.next_slot(episode=0)["top"].untyped_storage().data_ptr() != places[3]["top"].untyped_storage().data_ptr()
+    fresh = slots.next_slot(episode=0)["top"]
+    assert fresh.position == 0 and fresh.batch.untyped_storage().data_ptr() != places[3]["top"].batch.untyped_storage().data_ptr()

@@ -289,33 +289,46 @@ class ClipDecoder:
         :class:`~lerobot_nodes.errors.FrameTimestampError` (LeRobot's message) when a query has
         no frame within ``tolerance_s``, :class:`VideoDecodeError` when the codec fails.
         """
+        with self._lock:
+            frames = self._frames_for(timestamps_s, tolerance_s, depth)
+            if self.depth:
+                return codes_to_tensor([depth_codes(frame) for frame in frames])
+            return torch.from_numpy(self._rgb_array(frames, return_uint8, out))
+
+    def frames_into(
+        self, timestamps_s: Sequence[float], out: np.ndarray, tolerance_s: float = 1e-4, return_uint8: bool = True
+    ) -> np.ndarray:
+        """:meth:`frames_at` of RGB frames as a numpy array: ``out`` itself when the frames were
+        written into it (its shape and dtype are the result's), else a new array. No tensor is
+        made: each torch call hands the interpreter lock to another thread and waits to get it back."""
+        with self._lock:
+            return self._rgb_array(self._frames_for(timestamps_s, tolerance_s, False), return_uint8, out)
+
+    def _frames_for(self, timestamps_s: Sequence[float], tolerance_s: float, depth: bool) -> list[av.VideoFrame]:
+        """The decoded frame nearest to each query (the lock held)."""
         queries: list[float] = np.asarray(timestamps_s, dtype=np.float64).reshape(-1).tolist()
         if len(queries) == 0:
             raise ValueError(f"{self._where}: no timestamps to decode")
-        with self._lock:
-            if self.depth is None:
-                self.depth = depth
-            elif self.depth != depth:
-                raise ValueError(f"{self._where}: a ClipDecoder decodes either RGB or depth frames, not both")
-            pts_of = self._pts_list
-            samples = self._match(queries, tolerance_s)
-            wanted = {pts_of[sample] for sample in samples}
-            found: dict[int, av.VideoFrame] = {}
-            for sample in sorted(set(samples), key=pts_of.__getitem__):
-                pts = pts_of[sample]
-                if pts in found:
-                    continue
-                cached = self._budget.get(self._owner, pts)
-                if cached is not None:
-                    found[pts] = cached
-                    continue
-                self._decode_until(sample, wanted, found)
-            frames = [found[pts_of[sample]] for sample in samples]
-            if self.depth:
-                return codes_to_tensor([depth_codes(frame) for frame in frames])
-            return self._rgb_tensor(frames, return_uint8, out)
+        if self.depth is None:
+            self.depth = depth
+        elif self.depth != depth:
+            raise ValueError(f"{self._where}: a ClipDecoder decodes either RGB or depth frames, not both")
+        pts_of = self._pts_list
+        samples = self._match(queries, tolerance_s)
+        wanted = {pts_of[sample] for sample in samples}
+        found: dict[int, av.VideoFrame] = {}
+        for sample in sorted(set(samples), key=pts_of.__getitem__):
+            pts = pts_of[sample]
+            if pts in found:
+                continue
+            cached = self._budget.get(self._owner, pts)
+            if cached is not None:
+                found[pts] = cached
+                continue
+            self._decode_until(sample, wanted, found)
+        return [found[pts_of[sample]] for sample in samples]
 
-    def _rgb_tensor(self, frames: list[av.VideoFrame], return_uint8: bool, out: np.ndarray | None) -> torch.Tensor:
+    def _rgb_array(self, frames: list[av.VideoFrame], return_uint8: bool, out: np.ndarray | None) -> np.ndarray:
         """RGB ``(T, 3, H, W)`` of ``frames``: uint8, or float32 ``uint8 / 255``; into ``out`` when it
         has that shape and dtype (a sample's place in its batch), else into a new array.
 
@@ -338,7 +351,7 @@ class ClipDecoder:
                 self._to_rgb(frame, out[position])
             else:
                 np.divide(self._to_rgb(frame), np.float32(255), out=out[position], dtype=np.float32)
-        return torch.from_numpy(out)
+        return out
 
     def close(self) -> None:
         """Release the codec context and cached frames (the decoder can still be used after)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import numpy as np
 import torch
 
 from .recycled_storage import RecycledStorages
@@ -23,6 +24,28 @@ from .storage_views import tensors_in_one_storage
 
 FrameSize = Callable[[str, int], tuple[int, int]]
 """``(camera, episode) -> (height, width)`` of that camera's frames (from the MP4 index)."""
+
+
+class BatchPlace:
+    """One sample's place in its batch's tensor of one camera.
+
+    The decode thread writes the sample's frames into ``frames``, a numpy ``(T, 3, H, W)`` view
+    (numpy, not torch: a torch call hands the interpreter lock to another thread). ``batch`` is
+    the camera's whole batch as a sample would be collated (``(B, 3, H, W)``, or ``(B, T, 3, H,
+    W)`` for a camera window) and ``position`` the sample's index in it, so the batcher takes
+    the batch as one view, without a per-sample check.
+    """
+
+    __slots__ = ("batch", "position", "frames")
+
+    def __init__(self, batch: torch.Tensor, position: int, frames: np.ndarray) -> None:
+        self.batch = batch
+        self.position = position
+        self.frames = frames
+
+    def tensor(self) -> torch.Tensor:
+        """The sample's frames as a view of the batch (its collated shape, without the batch axis)."""
+        return self.batch[self.position]
 
 
 class BatchSlots:
@@ -53,21 +76,24 @@ class BatchSlots:
         # Where a batch's camera storage comes from when it is recycled (DataLoader workers).
         self.storages = storages
         self._submitted = 0
-        # Each camera's per-sample views of the batch being filled, made in one call per camera.
-        self._places: dict[str, tuple[torch.Tensor, ...]] = {}
+        # Each camera's batch being filled: its collated view and the numpy array the places index.
+        self._batches: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
 
     def reset(self) -> None:
         """Forget the batch being filled: the next sample starts a new one."""
         self._submitted = 0
-        self._places = {}
+        self._batches = {}
 
-    def next_slot(self, episode: int) -> dict[str, torch.Tensor]:
-        """The ``(T, 3, H, W)`` destination of each camera for the next submitted sample (of ``episode``)."""
+    def next_slot(self, episode: int) -> dict[str, BatchPlace]:
+        """The place of each camera's frames for the next submitted sample (of ``episode``)."""
         position = self._submitted % self.batch_size
         if position == 0:
-            self._places = {key: tensor.unbind(0) for key, tensor in self._allocate(episode).items()}
+            self._batches = {
+                key: (tensor.squeeze(1) if self.cameras[key] == 1 else tensor, tensor.numpy())
+                for key, tensor in self._allocate(episode).items()
+            }
         self._submitted += 1
-        return {key: places[position] for key, places in self._places.items()}
+        return {key: BatchPlace(batch, position, frames[position]) for key, (batch, frames) in self._batches.items()}
 
     def _allocate(self, episode: int) -> dict[str, torch.Tensor]:
         specs = []

@@ -20,6 +20,7 @@ starts the next batch where the saved one ended.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from torch.utils.data import default_collate
 from torchdata.nodes import BaseNode
 
 from ..batch_rows import PartialSample, gather_rows, row_layout
+from .batch_slots import BatchPlace
 from .recycled_storage import RecycledBatch, RecycledStorages
 from .storage_views import tensors_in_one_storage, view_of
 
@@ -97,6 +99,25 @@ def collate_into_one_storage(samples: Sequence[dict[str, Any]], shared: bool) ->
     return batch
 
 
+def batch_of_places(column: Sequence[Any]) -> torch.Tensor | None:
+    """The batch of ``column`` as one view when it holds the places of one batch in order from
+    its first (:class:`~lerobot_nodes.nodes.batch_slots.BatchPlace`, frames written in place); else None."""
+    first = column[0]
+    if not isinstance(first, BatchPlace):
+        return None
+    batch = first.batch
+    for position, place in enumerate(column):
+        if not isinstance(place, BatchPlace) or place.batch is not batch or place.position != position:
+            return None
+    return batch if len(column) == len(batch) else batch[: len(column)]
+
+
+def _completed(sample: PartialSample) -> dict[str, Any]:
+    """The whole sample, its cameras written in place as views of their batch (which the collate recognises)."""
+    cameras = {key: value.tensor() if isinstance(value, BatchPlace) else value for key, value in sample.cameras.items()}
+    return dataclasses.replace(sample, cameras=cameras).complete()
+
+
 def collate_partial_samples(samples: Sequence[PartialSample], shared: bool) -> dict[str, Any]:
     """:func:`collate_into_one_storage` of the completed samples, with the rows gathered per
     episode straight into the batch's storage (:mod:`lerobot_nodes.batch_rows`); cameras
@@ -105,18 +126,23 @@ def collate_partial_samples(samples: Sequence[PartialSample], shared: bool) -> d
     count = len(samples)
     layout = row_layout(first.spec, [sample.episode for sample in samples], count)
     if layout is None:
-        return collate_into_one_storage([sample.complete() for sample in samples], shared)
-    cameras: dict[str, torch.Tensor | None] = {
-        key: assembled_in_place([sample.cameras[key] for sample in samples]) for key in first.cameras
-    }
-    specs = [(key, first.cameras[key].dtype, (count, *first.cameras[key].shape)) for key, view in cameras.items() if view is None]
+        return collate_into_one_storage([_completed(sample) for sample in samples], shared)
+    cameras: dict[str, torch.Tensor | None] = {}
+    copied: dict[str, list[torch.Tensor]] = {}
+    for key in first.cameras:
+        column = [sample.cameras[key] for sample in samples]
+        cameras[key] = batch_of_places(column)
+        if cameras[key] is None:
+            tensors = [value.tensor() if isinstance(value, BatchPlace) else value for value in column]
+            cameras[key] = assembled_in_place(tensors)
+            if cameras[key] is None:
+                copied[key] = tensors
+    specs = [(key, tensors[0].dtype, (count, *tensors[0].shape)) for key, tensors in copied.items()]
     specs += [(key, torch.from_numpy(np.empty(0, dtype)).dtype, shape) for key, dtype, shape in layout]
     views = tensors_in_one_storage(specs, shared)
     batch: dict[str, Any] = {}
     for key, view in cameras.items():
-        if view is None:
-            view = torch.stack([sample.cameras[key] for sample in samples], out=views[key])
-        batch[key] = view
+        batch[key] = view if view is not None else torch.stack(copied[key], out=views[key])
     arrays = {key: views[key].numpy() for key, _, _ in layout}
     tasks = gather_rows(first.spec, [(sample.episode, sample.frame) for sample in samples], arrays)
     for key, _, _ in layout:

@@ -16,8 +16,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
@@ -25,7 +26,7 @@ from ..batch_rows import PartialSample
 from ..mp4.decode import DecodedFrameBudget, VideoDecodeError
 from ..mp4.layout import Clip
 from ..sample import SampleSpec, assemble_sample, camera_frames
-from .batch_slots import BatchSlots
+from .batch_slots import BatchPlace, BatchSlots
 from .episode_fetch import EpisodePayload, add_context
 from .metrics_sink import MetricsSink, NullMetrics, recorder
 from .pool_sampler import ScheduleItem
@@ -162,6 +163,19 @@ class DecoderLRU:
             decoder.close()
 
 
+def _frames_into(
+    decoder: ClipDecoderLike, queries: list[float], out: np.ndarray, tolerance_s: float, return_uint8: bool
+) -> np.ndarray:
+    """RGB frames written into ``out`` when they fit (``out`` returned), else a new array;
+    ``ClipDecoder.frames_into`` where the decoder has it, else its ``frames_at(..., out=out)``."""
+    into = getattr(decoder, "frames_into", None)
+    if into is not None:
+        return cast(np.ndarray, into(queries, out, tolerance_s, return_uint8))
+    frames = decoder.frames_at(queries, tolerance_s, return_uint8, out=out).numpy()
+    same = frames.__array_interface__["data"][0] == out.__array_interface__["data"][0] and frames.shape == out.shape
+    return out if same else frames
+
+
 class SampleAssembler:
     """Builds the sample of one schedule item from its episode payload.
 
@@ -185,24 +199,29 @@ class SampleAssembler:
         payload: EpisodePayload,
         frame: int,
         decoders: DecoderLRU,
-        destination: Mapping[str, torch.Tensor] | None = None,
+        destination: Mapping[str, BatchPlace] | None = None,
     ) -> AssembledSample:
         """The sample of ``frame``; camera frames go into ``destination[key]`` where given (its place in a batch)."""
         counts = AssembledSample(sample={})
 
-        def decode(key: str, timestamps: list[float]) -> torch.Tensor:
+        def decode(key: str, timestamps: list[float]) -> torch.Tensor | BatchPlace:
             start = payload.clip_starts[key]
             slot, decoder = decoders.checkout(payload.episode, key, payload.clips[key])
             before = getattr(decoder, "samples_decoded", None)
             try:
                 queries = [start + t for t in timestamps]
+                frames: torch.Tensor | BatchPlace
                 if key in self.spec.depth_videos:
                     frames = decoder.frames_at(queries, self.tolerance_s, self.return_uint8, depth=True)
                 elif destination is not None and key in destination:
-                    target = destination[key]
-                    frames = decoder.frames_at(queries, self.tolerance_s, self.return_uint8, out=target.numpy())
-                    if frames.data_ptr() == target.data_ptr():
-                        frames = target  # the view of the batch storage itself, which the batcher recognises
+                    place = destination[key]
+                    written = _frames_into(decoder, queries, place.frames, self.tolerance_s, self.return_uint8)
+                    if written is place.frames:
+                        # Deferred rows: the place, which the batcher takes with the whole batch at
+                        # once; else the sample's view of the batch storage, which it recognises.
+                        frames = place if self.defer_rows else place.tensor()
+                    else:
+                        frames = torch.from_numpy(written)
                 else:
                     frames = decoder.frames_at(queries, self.tolerance_s, self.return_uint8)
             finally:
@@ -334,7 +353,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         self.decoders.clear()
 
     def _run(
-        self, task: SampleTask, cancelled: threading.Event, destination: Mapping[str, torch.Tensor] | None = None
+        self, task: SampleTask, cancelled: threading.Event, destination: Mapping[str, BatchPlace] | None = None
     ) -> DecodedSample:
         item = task.item
         try:
