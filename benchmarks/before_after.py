@@ -5,8 +5,9 @@
 Alternates before/after runs (``--runs`` each, median shown) with 0 and 2 workers; each run
 builds ``StreamingLeRobotDataset`` + ``streaming_dataloader`` (batch 32; ``--window`` as
 benchmarks/run.py builds it, ACT by default) and reports the first batch (from before the dataset is built; the
-forkserver is started first where the checkout has ``start_worker_context``) and samples/s over
-the ``--batches`` batches after it. ``--after-src`` runs a copy of the new code (so the checkout
+forkserver is started first where the checkout has ``start_worker_context``), samples/s over
+the ``--batches`` batches after it and the CPU those batches took per sample (the training process and
+its DataLoader workers, from ``/proc``). ``--after-src`` runs a copy of the new code (so the checkout
 can change while the runs go on); by default the installed package. Prints a Markdown table.
 """
 
