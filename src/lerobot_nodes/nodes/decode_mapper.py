@@ -5,7 +5,9 @@
 item and a future of the sample). :class:`~lerobot_nodes.nodes.ordered_buffer.OrderedBuffer`
 bounds how many are pending and releases them in schedule order. A sample is assembled with
 :func:`lerobot_nodes.sample.assemble_sample`, the code the map-style reader uses, so both
-return the same keys in the same order with the same values.
+return the same keys in the same order with the same values. Behind a batcher, a decode thread
+makes only the sample's camera frames (:func:`lerobot_nodes.sample.camera_frames`) and the batcher
+gathers the rows of the whole batch (:mod:`lerobot_nodes.batch_rows`).
 """
 
 from __future__ import annotations
