@@ -7,7 +7,7 @@ builds ``StreamingLeRobotDataset`` + ``streaming_dataloader`` (batch 32; ``--win
 benchmarks/run.py builds it, ACT by default) and reports the first batch (from before the dataset is built; the
 forkserver is started first where the checkout has ``start_worker_context``), samples/s over
 the ``--batches`` batches after it and the CPU those batches took per sample (the training process and
-its DataLoader workers, from ``/proc``). ``--after-src`` runs a copy of the new code (so the checkout
+its DataLoader workers, ``_driver_common.tree_cpu``). ``--after-src`` runs a copy of the new code (so the checkout
 can change while the runs go on); by default the installed package. Prints a Markdown table.
 """
 
@@ -22,12 +22,13 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent / "drivers"))  # the drivers' shared helpers
+
 DEFAULT_ROOT = "/work/shared/datasets/lerobot-writer-small"
 
 
 def window_of(root: str, window: str) -> dict[str, list[float]] | None:
     """``delta_timestamps`` of ``window`` for the dataset at ``root``, as benchmarks/run.py builds them."""
-    sys.path.insert(0, str(Path(__file__).parent / "drivers"))
     from _driver_common import delta_timestamps
 
     info = json.loads((Path(root) / "meta" / "info.json").read_text())
@@ -36,6 +37,8 @@ def window_of(root: str, window: str) -> dict[str, list[float]] | None:
 
 
 def child(root: str, workers: int, batches: int, window_name: str) -> None:
+    import _driver_common as common
+
     from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
     from lerobot_nodes.dataset import shutdown_dataloader
 
@@ -55,12 +58,11 @@ def child(root: str, workers: int, batches: int, window_name: str) -> None:
     iterator = iter(loader)
     next(iterator)
     first = time.perf_counter()
-    workers_pids = [worker.pid for worker in getattr(iterator, "_workers", [])]
-    cpu_before = time.process_time() + sum(_cpu_seconds(pid) for pid in workers_pids)
+    cpu_before = common.tree_cpu(os.getpid())
     for _ in range(batches):
         next(iterator)
     done = time.perf_counter()
-    cpu = time.process_time() + sum(_cpu_seconds(pid) for pid in workers_pids) - cpu_before
+    cpu = common.tree_cpu(os.getpid()) - cpu_before
     shutdown_dataloader(loader)
     dataset.close()
     record = {
@@ -70,12 +72,6 @@ def child(root: str, workers: int, batches: int, window_name: str) -> None:
     }
     print(json.dumps(record))
 
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
