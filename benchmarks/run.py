@@ -538,21 +538,31 @@ def derive(record: dict, facts: DatasetFacts) -> None:
     if first and end and steady_payload:
         m["steady_read_per_payload"] = (end["read_bytes"] - first["read_bytes"]) / steady_payload
         m["steady_rchar_per_payload"] = (end["rchar"] - first["rchar"]) / steady_payload
-    if result.get("decoded_end") is not None and result.get("decoded_first") is not None:
-        steady_frames = result["steady_samples"] * fps
-        if steady_frames:
-            m["decoded_per_delivered_steady"] = (
-                result["decoded_end"] - result["decoded_first"]
-            ) / steady_frames
-        check = result.get("decode_check")
-        if check and check["frames"] and check["idle"]:
-            m["decoded_per_delivered"] = check["decoded"] / check["frames"]
-        total_frames = result["samples"] * fps
-        if total_frames:
-            m["decoded_per_delivered_total"] = (
-                result["decoded_end"] - result["decoded_start"]
-            ) / total_frames
+    m.update(decode_figures(result, fps))
     record["metrics"] = m
+
+
+def decode_figures(result: dict, fps: int) -> dict[str, Any]:
+    """Decoded frames per delivered frame: exact (the idle-to-idle check), steady state and whole run."""
+    m: dict[str, Any] = {}
+    if result.get("decoded_end") is None or result.get("decoded_first") is None:
+        return m
+    steady_frames = result["steady_samples"] * fps
+    if steady_frames:
+        m["decoded_per_delivered_steady"] = (result["decoded_end"] - result["decoded_first"]) / steady_frames
+    check = result.get("decode_check")
+    if check and check["frames"] and check["idle"] and check["decoded"]:
+        m["decoded_per_delivered"] = check["decoded"] / check["frames"]
+    elif check and check["frames"] and steady_frames:
+        # Nothing decoded for the extra batches: the epoch ended with them already queued (a
+        # short dataset, the DataLoader's prefetch queue full), so no batch was started for
+        # them. The steady-state count (batches 1..N) stands in.
+        m["decoded_per_delivered"] = m["decoded_per_delivered_steady"]
+        m["decoded_per_delivered_from_steady"] = True
+    total_frames = result["samples"] * fps
+    if total_frames:
+        m["decoded_per_delivered_total"] = (result["decoded_end"] - result["decoded_start"]) / total_frames
+    return m
 
 
 def _ms(value: float | None) -> float | None:
@@ -632,6 +642,8 @@ def merge_runs(run_dirs: list[Path]) -> tuple[dict[str, Any], list[dict]]:
     for record in records:  # runs recorded before a metric existed get it from their raw figures
         if "metrics" in record and "peak_pss" in record and "base_pss" in record:
             record["metrics"].setdefault("pss_growth_mb", (record["peak_pss"] - record["base_pss"]) / MB)
+        if record.get("metrics") and record.get("result"):
+            record["metrics"].update(decode_figures(record["result"], record["metrics"]["frames_per_sample"]))
     meta = dict(metas[0])
     meta["runs"] = [{"run_id": m["run_id"], "command": m["command"], "args": m["args"]} for m in metas]
     meta["finished"] = metas[-1].get("finished", "?")
