@@ -553,7 +553,7 @@ def decode_figures(result: dict, fps: int) -> dict[str, Any]:
     check = result.get("decode_check")
     if check and check["frames"] and check["idle"] and check["decoded"]:
         m["decoded_per_delivered"] = check["decoded"] / check["frames"]
-    elif check and check["frames"] and steady_frames:
+    elif check and check["frames"] and check["idle"] and steady_frames:
         # Nothing decoded for the extra batches: the epoch ended with them already queued (a
         # short dataset, the DataLoader's prefetch queue full), so no batch was started for
         # them. The steady-state count (batches 1..N) stands in.
