@@ -73,7 +73,6 @@ def child(root: str, workers: int, batches: int, window_name: str) -> None:
     print(json.dumps(record))
 
 
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before-src", required=False, help="the old checkout's src/ directory")

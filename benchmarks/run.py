@@ -558,7 +558,6 @@ def decode_figures(result: dict, fps: int) -> dict[str, Any]:
         # short dataset, the DataLoader's prefetch queue full), so no batch was started for
         # them. The steady-state count (batches 1..N) stands in.
         m["decoded_per_delivered"] = m["decoded_per_delivered_steady"]
-        m["decoded_per_delivered_from_steady"] = True
     total_frames = result["samples"] * fps
     if total_frames:
         m["decoded_per_delivered_total"] = (result["decoded_end"] - result["decoded_start"]) / total_frames
