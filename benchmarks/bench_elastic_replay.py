@@ -28,7 +28,13 @@ import numpy as np
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.nodes import EpisodePoolSampler, RankWorkerSharder
 from lerobot_nodes.nodes.sharder import rank_worker_split
-from lerobot_nodes.resume import StepCheckpoint, Topology, assign_remnant, remnant_of, replay_checkpoint
+from lerobot_nodes.resume.planning import (
+    StepCheckpoint,
+    Topology,
+    assign_remnant,
+    remnant_of,
+    replay_checkpoint,
+)
 
 EPISODES = 10_000
 SEED = 1000

@@ -30,7 +30,7 @@ import numpy as np
 from lerobot_nodes import load_meta, open_source
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.metrics import WorkerMetrics
-from lerobot_nodes.nodes import build_streaming_graph
+from lerobot_nodes.streaming_graph import build_streaming_graph
 from lerobot_nodes.testing import write_dataset
 
 CAMERA = "observation.images.top"

@@ -30,7 +30,6 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from lerobot_nodes import MapStyleLeRobotDataset
-from lerobot_nodes.file_video import FileVideoDecoder
 from lerobot_nodes.mp4 import (
     ClipDecoder,
     VideoIndex,
@@ -40,6 +39,7 @@ from lerobot_nodes.mp4 import (
     read_index_from_source,
 )
 from lerobot_nodes.mp4.boxes import locate_moov
+from lerobot_nodes.mp4.file_video import FileVideoDecoder
 from lerobot_nodes.mp4.index import parse_moov
 from lerobot_nodes.sources import LocalSource
 from lerobot_nodes.testing.video import concatenate_videos, encode_video, synthetic_frames, video_duration_s
@@ -276,7 +276,7 @@ NOTES = """## How to read these figures
   stss) plus about 0.8 KB of fixed boxes.
 - "parse moov + tables" is the in-memory parse of the moov (box walk, vectorised tables, edit
   rules, index checks); `read_index` adds `info` and the range reads on a local disk.
-- "map-style reader" is `lerobot_nodes.file_video.FileVideoDecoder`, the video path of
+- "map-style reader" is `lerobot_nodes.mp4.file_video.FileVideoDecoder`, the video path of
   `MapStyleLeRobotDataset` (LeRobot's PyAV backend: whole file, seek to the key frame before the
   query with a 1-tick margin, decode forward, `to_ndarray(format="rgb24")`).
 - Clip decoding feeds raw packets to the codec with `thread_count=1` and converts with one

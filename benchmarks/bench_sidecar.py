@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.sidecar import BuildSummary, MappedRecord, SidecarCache, build_archive
 from lerobot_nodes.sidecar.builder import write_archive
 from lerobot_nodes.sidecar.schema import DEFAULT_ARCHIVE_NAME, PUBLISHED_DIR

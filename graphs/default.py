@@ -27,9 +27,11 @@ from torch.utils.data import get_worker_info
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
 from lerobot_nodes.config import StreamingConfig
-from lerobot_nodes.meta import load_meta, select_episodes
-from lerobot_nodes.nodes import MetricsSink, StreamingGraph, VideoIndexProvider, build_streaming_graph
+from lerobot_nodes.fetch import VideoIndexProvider
+from lerobot_nodes.format.meta import load_meta, select_episodes
+from lerobot_nodes.metrics import MetricsSink
 from lerobot_nodes.sources import ByteSource, open_source
+from lerobot_nodes.streaming_graph import StreamingGraph, build_streaming_graph
 
 
 def streaming_graph(

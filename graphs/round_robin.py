@@ -12,8 +12,8 @@ import os
 from typing import Any
 
 from lerobot_nodes.config import StreamingConfig
-from lerobot_nodes.nodes import StreamingGraph
 from lerobot_nodes.sources import ByteSource
+from lerobot_nodes.streaming_graph import StreamingGraph
 
 from .default import streaming_graph
 

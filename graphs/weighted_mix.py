@@ -26,8 +26,8 @@ from torchdata.nodes.samplers.stop_criteria import StopCriteria
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
 from lerobot_nodes.config import resolve_seed
-from lerobot_nodes.nodes import StreamingGraph
 from lerobot_nodes.sources import ByteSource
+from lerobot_nodes.streaming_graph import StreamingGraph
 
 from .default import streaming_graph
 

@@ -38,7 +38,7 @@ assert md.version("lerobot") == sys.argv[1], md.version("lerobot")
 import accelerate  # noqa: F401
 import torchdata  # noqa: F401
 import lerobot.scripts.lerobot_train  # noqa: F401
-from lerobot_nodes.lerobot_train import check_lerobot
+from lerobot_nodes.cli.lerobot_train import check_lerobot
 
 check_lerobot()
 print(f"lerobot {md.version('lerobot')}, accelerate {md.version('accelerate')}, torch {md.version('torch')}, "

@@ -17,8 +17,8 @@ import torch
 from lerobot_nodes import MapStyleLeRobotDataset
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.dataset import StreamingLeRobotDataset
-from lerobot_nodes.depth import DepthQuantization, dequantize
 from lerobot_nodes.errors import ConfigError
+from lerobot_nodes.format.depth import DepthQuantization, dequantize
 
 DATA = Path(__file__).resolve().parent / "data"
 ROOT = DATA / "lerobot-writer-tiny-depth"

@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from lerobot_nodes import load_meta
+from lerobot_nodes.format.parquet import EpisodeTableReader
 from lerobot_nodes.map_style import MapStyleLeRobotDataset
-from lerobot_nodes.parquet import EpisodeTableReader
 from lerobot_nodes.sources import open_source
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from lerobot_nodes.resume import worker_offsets
+from lerobot_nodes.resume.planning import worker_offsets
 
 
 class _CountingDataset(IterableDataset):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lerobot_nodes.nodes import EpisodePoolSampler, RankWorkerSharder, max_workers_for_rank
-from lerobot_nodes.resume import (
+from lerobot_nodes.resume.planning import (
     Remnant,
     RemnantEpisode,
     StepCheckpoint,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lerobot_nodes.windows import check_delta_timestamps, delta_indices, resolve_window
+from lerobot_nodes.sample.windows import check_delta_timestamps, delta_indices, resolve_window
 
 
 def test_offsets_are_rounded_deltas_in_order_with_duplicates():

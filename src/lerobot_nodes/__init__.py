@@ -27,8 +27,8 @@ from .errors import (
     VideoDecodeError,
     VideoIndexError,
 )
+from .format.meta import DatasetMeta, load_meta, select_episodes
 from .map_style import MapStyleLeRobotDataset
-from .meta import DatasetMeta, load_meta, select_episodes
 from .sources import (
     ByteSource,
     FsspecSource,

@@ -29,21 +29,19 @@ from typing import Any
 from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
+from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT
 from .config import StreamingConfig, resolve_seed
-from .dataset_properties import LeRobotDatasetProperties
-from .depth import DEFAULT_DEPTH_UNIT
 from .errors import ConfigError
-from .identity import check_identity, dataset_identity
-from .lifeline import GuardedWorkerInit, guard_forkserver, guard_worker
-from .meta import DatasetMeta, load_meta, select_episodes
+from .fetch.episode_fetch import EpisodeFetcher, default_index_provider, preferring_opened
+from .format.dataset_properties import LeRobotDatasetProperties
+from .format.depth import DEFAULT_DEPTH_UNIT
+from .format.meta import DatasetMeta, load_meta, select_episodes
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
-from .nodes.episode_fetch import EpisodeFetcher, default_index_provider, preferring_opened
-from .nodes.graph import StreamingGraph, anchor_runs, build_streaming_graph, schedule_sampler
 from .nodes.pool_sampler import EpisodePoolSampler
-from .nodes.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT
 from .nodes.sharder import max_workers_for_rank, rank_worker_split, worker_episodes
-from .resume import (
+from .resume.identity import check_identity, dataset_identity
+from .resume.planning import (
     ResumePlan,
     SamplerFactory,
     StepCheckpoint,
@@ -58,16 +56,18 @@ from .resume import (
     replay_checkpoint,
     resume_point,
 )
-from .sample import SampleSpec
+from .sample.assemble import SampleSpec
 from .sidecar import open_video_indexes
 from .sources import ByteSource
 from .sources.http_range import HttpOptions
 from .sources.listed import ListedHttpSource
 from .sources.resolve import open_source
+from .streaming_graph import StreamingGraph, anchor_runs, build_streaming_graph, schedule_sampler
 from .video_checks import check_video_metadata
-from .worker_logs import WorkerLogRelay
-from .worker_server import CONTEXT as WORKER_CONTEXT
-from .worker_server import WorkerContext
+from .workers.lifeline import GuardedWorkerInit, guard_forkserver, guard_worker
+from .workers.logs import WorkerLogRelay
+from .workers.server import CONTEXT as WORKER_CONTEXT
+from .workers.server import WorkerContext
 
 logger = logging.getLogger("lerobot_nodes.dataset")
 
@@ -183,7 +183,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.batch_size = None if batch_size is None else int(batch_size)
         # Batches a DataLoader worker may have sent and the training process not yet released
         # (``prefetch_factor`` + 2; set by streaming_dataloader): how many camera segments a
-        # worker keeps for reuse (lerobot_nodes.nodes.recycled_storage).
+        # worker keeps for reuse (lerobot_nodes.batch_memory.recycled_storage).
         self.batches_in_flight = DEFAULT_BATCHES_IN_FLIGHT
         self.seed = resolve_seed(seed)
         detected_rank, detected_world = get_rank_and_world_size()
@@ -200,7 +200,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.metrics = StreamingMetrics(self.counters)
         self._graph: StreamingGraph | None = None
         self._graph_key: tuple[int, int, WorkerStart | None, int | None] | None = None
-        # How the next iter() starts after a resume (lerobot_nodes.resume); None: plain epochs.
+        # How the next iter() starts after a resume (lerobot_nodes.resume.planning); None: plain epochs.
         self._plan: ResumePlan | None = None
 
     def _open_indexes(self) -> dict[str, VideoIndex]:
@@ -437,7 +437,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         run's (pass ``seed=42`` for checkpoints made before the seed reached the dataset); this
         run's topology comes from the environment and the DataLoader as usual.
 
-        Guarantees (``lerobot_nodes.resume``): the skipped samples are never fetched or decoded.
+        Guarantees (``lerobot_nodes.resume.planning``): the skipped samples are never fetched or decoded.
         Same world size and worker count: every worker continues its own schedule, sample-exact
         when the batch size is unchanged. Another world size or worker count: every rank replays
         the old schedules of all ranks, and the frames not yet delivered in the current epoch are
@@ -614,9 +614,9 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     ``num_workers`` is clamped to what the rank can feed (with a warning); workers persist
     across epochs so the streaming order moves on to the next epoch. Workers (and the
     forkserver) end within about a second of the training process, however it ends: the
-    ``worker_init_fn`` is wrapped in :class:`~lerobot_nodes.lifeline.GuardedWorkerInit`,
+    ``worker_init_fn`` is wrapped in :class:`~lerobot_nodes.workers.lifeline.GuardedWorkerInit`,
     which still calls a ``worker_init_fn`` given here. What workers log under
-    ``lerobot_nodes`` is logged again in this process (``lerobot_nodes.worker_logs``).
+    ``lerobot_nodes`` is logged again in this process (``lerobot_nodes.workers.logs``).
     """
     from torch.utils.data import default_collate
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -732,7 +732,7 @@ def start_worker_context() -> multiprocessing.context.BaseContext:
     """Start the process DataLoader workers are forked from now, rather than at the first ``iter()``.
 
     Called before the dataset and the policy are built, while this process runs no other
-    thread, it forks this process into the workers' server (``lerobot_nodes.worker_server``):
+    thread, it forks this process into the workers' server (``lerobot_nodes.workers.server``):
     workers then arrive with torch, PyAV and this package imported, instead of waiting for a
     new interpreter to import them (about 2 s here). ``lerobot-nodes train`` and ``stream``
     and the ``lerobot-train`` drop-in call it when ``--num_workers`` > 0. Idempotent; returns
@@ -752,7 +752,7 @@ def worker_context() -> multiprocessing.context.BaseContext:
     trains with ``spawn`` for this reason). Workers are forked from a server instead: a copy
     of this process made while it is still plain (:func:`start_worker_context`), or else a new
     interpreter importing this package, which also makes the server end with the process that
-    started it (``lerobot_nodes.lifeline``). ``spawn`` where there is no forkserver.
+    started it (``lerobot_nodes.workers.lifeline``). ``spawn`` where there is no forkserver.
     """
     if "forkserver" in multiprocessing.get_all_start_methods():
         return WORKER_CONTEXT

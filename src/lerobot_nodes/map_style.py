@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
-from .dataset_properties import LeRobotDatasetProperties
-from .depth import DEFAULT_DEPTH_UNIT
-from .episode_data import EpisodeData
 from .errors import MetadataError
-from .file_video import FileVideoDecoderCache
-from .meta import DatasetMeta, load_meta, select_episodes
-from .parquet import episode_rows
-from .sample import SampleSpec, assemble_sample
+from .format.dataset_properties import LeRobotDatasetProperties
+from .format.depth import DEFAULT_DEPTH_UNIT
+from .format.episode_data import EpisodeData
+from .format.meta import DatasetMeta, load_meta, select_episodes
+from .format.parquet import episode_rows
+from .mp4.file_video import FileVideoDecoderCache
+from .sample.assemble import SampleSpec, assemble_sample
 from .sources import ByteSource
 from .sources.resolve import open_source
 
@@ -39,7 +39,7 @@ class MapStyleLeRobotDataset(LeRobotDatasetProperties, Dataset):
     ``dataset[i]`` is the ``i``-th frame of the selected episodes (the global frame index
     when no episode filter is given), returned exactly as LeRobot's map-style dataset
     returns it. Depth cameras come back dequantised, float32 ``(1, H, W)`` in
-    ``depth_output_unit`` (``"mm"``, LeRobot's default, or ``"m"``), see :mod:`lerobot_nodes.depth`.
+    ``depth_output_unit`` (``"mm"``, LeRobot's default, or ``"m"``), see :mod:`lerobot_nodes.format.depth`.
     """
 
     def __init__(

@@ -11,16 +11,64 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from multiprocessing import shared_memory
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from .shared_segments import attach_untracked, release
+from .workers.shared_segments import attach_untracked, release
 
 logger = logging.getLogger("lerobot_nodes.metrics")
+
+
+# -- the protocol nodes count into ---------------------------------------------------------
+Recorder = Callable[[Mapping[str, float], Mapping[str, float]], None]
+"""``(counter amounts, gauge values) -> None``: several ``add`` and ``set`` calls at once."""
+
+
+class MetricsSink(Protocol):
+    """``add`` grows a counter; ``set`` overwrites a gauge (reserved/resident bytes).
+
+    A sink may also have ``update(amounts, gauges)``, doing both for several names at once
+    (:func:`recorder` uses it when present: one lock per decoded sample instead of eight).
+    """
+
+    def add(self, name: str, amount: float = 1.0) -> None: ...
+
+    def set(self, name: str, value: float) -> None: ...
+
+
+def recorder(sink: MetricsSink) -> Recorder:
+    """``sink.update`` when the sink has it, else the same through ``add`` and ``set``."""
+    update = getattr(sink, "update", None)
+    if update is not None:
+        return update  # type: ignore[no-any-return]
+
+    def record_each(amounts: Mapping[str, float], gauges: Mapping[str, float]) -> None:
+        for name, amount in amounts.items():
+            sink.add(name, amount)
+        for name, value in gauges.items():
+            sink.set(name, value)
+
+    return record_each
+
+
+class NullMetrics:
+    """Counts nothing."""
+
+    def add(self, name: str, amount: float = 1.0) -> None:
+        pass
+
+    def set(self, name: str, value: float) -> None:
+        pass
+
+    def update(self, amounts: Mapping[str, float], gauges: Mapping[str, float]) -> None:
+        pass
+
+
+# -- the shared counter table and the report ----------------------------------------------
 
 T = TypeVar("T")
 
@@ -56,7 +104,7 @@ COUNTER_NAMES = (
     *GAUGE_NAMES,
 )
 """Per-worker counters: sums, then the gauges. ``batch_segments_*``: the shared-memory camera
-segments a worker's batches were written into, new or recycled (lerobot_nodes.nodes.recycled_storage)."""
+segments a worker's batches were written into, new or recycled (lerobot_nodes.batch_memory.recycled_storage)."""
 
 _GAUGES = frozenset(GAUGE_NAMES)
 _COLUMN = {name: column for column, name in enumerate(COUNTER_NAMES)}

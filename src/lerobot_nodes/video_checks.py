@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import MetadataError
-from .meta import INFO_PATH, DatasetMeta
+from .format.meta import INFO_PATH, DatasetMeta
 from .mp4.index import VideoIndex
 
 LEROBOT_CODECS = {"av01": "av1", "avc1": "h264", "avc3": "h264", "hvc1": "hevc", "hev1": "hevc"}

@@ -21,7 +21,7 @@ LOADER_STATE = "lerobot_nodes_loader_rank0.pt"
 IN_LEROBOT = """
 import json
 from lerobot.utils.logging_utils import AverageMeter, MetricsTracker
-from lerobot_nodes.lerobot_train import _metrics_tracker_class, check_lerobot
+from lerobot_nodes.cli.lerobot_train import _metrics_tracker_class, check_lerobot
 
 found = {"version": check_lerobot()}
 
@@ -39,7 +39,7 @@ import sys
 from lerobot.configs.default import DatasetConfig
 from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
 from lerobot.datasets.factory import make_train_eval_datasets
-from lerobot_nodes.lerobot_train import split_train_eval
+from lerobot_nodes.cli.lerobot_train import split_train_eval
 
 class Policy:
     reward_delta_indices = action_delta_indices = observation_delta_indices = None

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lerobot_nodes.errors import VideoIndexError
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.mp4 import read_index_from_source
 from lerobot_nodes.mp4.boxes import HEAD_WINDOW, iter_boxes, locate_moov
 from lerobot_nodes.sources import LocalSource

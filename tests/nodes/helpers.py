@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from lerobot_nodes.nodes import ByteBudget, EpisodePoolSampler, RankWorkerSharder, ScheduleItem
+from lerobot_nodes.fetch import ByteBudget
+from lerobot_nodes.nodes import EpisodePoolSampler, RankWorkerSharder, ScheduleItem
 
 
 def make_sampler(

@@ -1,4 +1,4 @@
-"""A batch's rows gathered per episode (lerobot_nodes.batch_rows) equal each sample's rows stacked."""
+"""A batch's rows gathered per episode (lerobot_nodes.sample.batch_rows) equal each sample's rows stacked."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch.utils.data import default_collate
 
-from lerobot_nodes.batch_rows import PartialSample
-from lerobot_nodes.episode_data import EpisodeData
 from lerobot_nodes.errors import MetadataError
+from lerobot_nodes.format.episode_data import EpisodeData
 from lerobot_nodes.nodes.batcher import collate_into_one_storage, collate_partial_samples
-from lerobot_nodes.sample import SampleSpec
+from lerobot_nodes.sample.assemble import SampleSpec
+from lerobot_nodes.sample.batch_rows import PartialSample
 
 CAMERA = "observation.images.top"
 
@@ -106,7 +106,7 @@ def test_a_task_index_without_a_task_names_the_episode_and_frame():
 
 @pytest.mark.parametrize("with_text", [False, True])
 def test_cameras_written_in_place_are_the_batch_itself_on_both_routes(with_text):
-    from lerobot_nodes.nodes.batch_slots import BatchSlots
+    from lerobot_nodes.batch_memory.batch_slots import BatchSlots
 
     spec = _spec({"action": [0, 1]})
     episode = _episode(4, 6, with_text=with_text)

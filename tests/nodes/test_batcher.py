@@ -128,7 +128,7 @@ def test_batch_size_must_be_positive() -> None:
 
 
 def test_batch_slots_hand_out_places_the_batcher_takes_without_copying() -> None:
-    from lerobot_nodes.nodes.batch_slots import BatchSlots
+    from lerobot_nodes.batch_memory.batch_slots import BatchSlots
     from lerobot_nodes.nodes.batcher import assembled_in_place, batch_of_places
 
     slots = BatchSlots(3, {"top": 1, "wrist": 2}, lambda key, episode: (4, 5), return_uint8=True, shared_memory=False)

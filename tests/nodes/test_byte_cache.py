@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from lerobot_nodes.errors import ByteBudgetError, FetchCancelled
-from lerobot_nodes.nodes import ByteBudget, EpisodeByteCache
+from lerobot_nodes.fetch import ByteBudget, EpisodeByteCache
 
 
 def test_reservations_follow_the_budget_rule():

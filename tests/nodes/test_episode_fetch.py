@@ -8,7 +8,7 @@ import pytest
 
 from lerobot_nodes import load_meta, open_source
 from lerobot_nodes.errors import EpisodeFetchError
-from lerobot_nodes.nodes import EpisodeFetcher, direct_index_provider
+from lerobot_nodes.fetch import EpisodeFetcher, direct_index_provider
 
 from .helpers import lerobot_threads
 

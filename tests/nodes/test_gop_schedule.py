@@ -16,8 +16,9 @@ from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.errors import ConfigError
 from lerobot_nodes.metrics import WorkerMetrics
 from lerobot_nodes.mp4 import DecodedFrameBudget
-from lerobot_nodes.nodes import build_streaming_graph, frame_order
+from lerobot_nodes.nodes import frame_order
 from lerobot_nodes.nodes.pool_sampler import gop_run_starts
+from lerobot_nodes.streaming_graph import build_streaming_graph
 from lerobot_nodes.testing import write_dataset
 from lerobot_nodes.testing.compare import assert_samples_equal
 from lerobot_nodes.testing.resume_contract import assert_resumes_exactly

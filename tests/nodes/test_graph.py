@@ -13,7 +13,8 @@ from torchdata.nodes import Loader
 from lerobot_nodes import MapStyleLeRobotDataset, load_meta, open_source
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.errors import ByteBudgetError, EpisodeFetchError, GraphFailedError, VideoIndexError
-from lerobot_nodes.nodes import EpisodeFetcher, build_streaming_graph, direct_index_provider
+from lerobot_nodes.fetch import EpisodeFetcher, direct_index_provider
+from lerobot_nodes.streaming_graph import build_streaming_graph
 from lerobot_nodes.testing.compare import assert_samples_equal
 
 from .conftest import DELTA_TIMESTAMPS

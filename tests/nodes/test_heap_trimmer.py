@@ -12,8 +12,9 @@ from torchdata.nodes import IterableWrapper
 
 from lerobot_nodes import load_meta, open_source
 from lerobot_nodes.config import StreamingConfig
-from lerobot_nodes.nodes import HeapTrimmer, build_streaming_graph
+from lerobot_nodes.nodes import HeapTrimmer
 from lerobot_nodes.nodes.heap_trimmer import glibc_malloc_trim
+from lerobot_nodes.streaming_graph import build_streaming_graph
 
 from .conftest import DELTA_TIMESTAMPS
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from lerobot_nodes.metrics import WorkerCounters, WorkerMetrics
-from lerobot_nodes.nodes.metrics_sink import NullMetrics, recorder
+from lerobot_nodes.metrics import NullMetrics, WorkerCounters, WorkerMetrics, recorder
 
 AMOUNTS = {"decode_seconds": 0.25, "frames_decoded": 3, "frames_delivered": 2, "samples": 1}
 GAUGES = {"decoded_resident_bytes": 4096, "peak_decoded_frames": 7, "reserved_bytes": 900}

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lerobot_nodes.errors import ByteBudgetError, ConfigError
-from lerobot_nodes.nodes import ByteBudget, max_workers_for_rank
+from lerobot_nodes.fetch import ByteBudget
+from lerobot_nodes.nodes import max_workers_for_rank
 from lerobot_nodes.testing.resume_contract import assert_resumes_exactly
 
 from .helpers import make_sampler, pairs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lerobot_nodes.nodes import ByteBudget
+from lerobot_nodes.fetch import ByteBudget
 
 from .helpers import make_sampler
 

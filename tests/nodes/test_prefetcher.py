@@ -10,7 +10,8 @@ from collections import deque
 import pytest
 
 from lerobot_nodes.errors import ByteBudgetError, FetchCancelled
-from lerobot_nodes.nodes import ByteBudget, BytePrefetcher, EpisodePayload
+from lerobot_nodes.fetch import ByteBudget, EpisodePayload
+from lerobot_nodes.nodes import BytePrefetcher
 from lerobot_nodes.testing.resume_contract import assert_resumes_exactly
 
 from .helpers import lerobot_threads, make_sampler, wait_until

@@ -13,14 +13,14 @@ import torch
 import torch.multiprocessing as mp
 from torch.utils.data import default_convert
 
-from lerobot_nodes.nodes.recycled_storage import (
+from lerobot_nodes.batch_memory.recycled_storage import (
     IN_USE,
     RELEASED,
     TRAILER_BYTES,
     RecycledBatch,
     RecycledStorages,
 )
-from lerobot_nodes.nodes.storage_views import tensors_in_one_storage
+from lerobot_nodes.batch_memory.storage_views import tensors_in_one_storage
 
 SPECS = [("cam", torch.uint8, (4, 3, 8, 8)), ("state", torch.float32, (4, 2))]
 

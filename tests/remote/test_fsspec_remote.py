@@ -67,7 +67,7 @@ def test_s3_identity_is_the_etag_and_indexes_are_cached(s3_endpoint, local_datas
     source = open_source("s3://lerobot/datasets/small")
     video = next(f for f in source.list_files("videos/"))
     assert video.fingerprint is not None and video.fingerprint.startswith("ETag:")
-    from lerobot_nodes.meta import load_meta
+    from lerobot_nodes.format.meta import load_meta
 
     meta = load_meta(source)
     _, first = SidecarCache().open(source, meta.video_files())
@@ -91,7 +91,7 @@ def test_memory_store_has_no_stable_identity_and_rebuilds_indexes_every_open(loc
         assert not dataset.source.has_stable_identity
         assert any("no stable file identities" in r.getMessage() for r in caplog.records)
         assert_epoch_matches_local(samples, local_dataset)
-        from lerobot_nodes.meta import load_meta
+        from lerobot_nodes.format.meta import load_meta
 
         meta = load_meta(dataset.source)
         _, report = SidecarCache().open(open_source("memory://lerobot-small"), meta.video_files())

@@ -22,7 +22,7 @@ from lerobot_nodes.errors import (
     SourceFileNotFoundError,
     SourceUnavailableError,
 )
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.sidecar import SidecarCache
 from lerobot_nodes.sources import HttpOptions, HttpRootSource, open_source
 from lerobot_nodes.testing import write_dataset

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from lerobot_nodes.errors import EpisodeFetchError, SourceAuthError, SourceError, SourceFileNotFoundError
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.sidecar import SidecarCache
 from lerobot_nodes.sources import HubBucketSource, HubRepoSource, open_source
 from lerobot_nodes.testing import write_dataset

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.mp4.boxes import HEAD_WINDOW, TAIL_WINDOW
 from lerobot_nodes.sidecar import SidecarCache
 from lerobot_nodes.sources import HubRepoSource, open_source

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from lerobot_nodes.atomic import is_partial
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.mp4.index import read_index_from_source
 from lerobot_nodes.sidecar import MappedRecord, MappedVideoIndex, SidecarArchive, SidecarCache, build_archive
 from lerobot_nodes.sidecar.builder import current_identities, verify_archive

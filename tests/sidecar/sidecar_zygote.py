@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.sidecar import SidecarCache, build_archive
 from lerobot_nodes.sidecar.cache import CacheEntry
 from lerobot_nodes.sidecar.locking import BuildLock

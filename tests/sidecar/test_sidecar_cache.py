@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.mp4.index import VideoIndex, read_index_from_source
 from lerobot_nodes.mp4.plan import plan_clip
 from lerobot_nodes.sidecar import (

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lerobot_nodes.cli.build_sidecar import main
 from lerobot_nodes.cli.build_sidecar import main as console_main
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.sidecar import SidecarArchive
-from lerobot_nodes.sidecar.cli import main
 
 from .sidecar_testkit import copy_dataset
 

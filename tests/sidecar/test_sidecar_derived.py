@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lerobot_nodes.errors import SidecarFormatError
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.mp4.index import read_index_from_source
 from lerobot_nodes.mp4.plan import plan_clip
 from lerobot_nodes.sidecar import MappedRecord, MappedVideoIndex, smallest_exact_dtype

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lerobot_nodes.errors import SidecarLockTimeoutError
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.sidecar import SidecarCache, open_video_indexes
 from lerobot_nodes.sidecar.schema import SourceIdentity
 from lerobot_nodes.sources import LocalSource

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lerobot_nodes.errors import SidecarFormatError
-from lerobot_nodes.meta import load_meta
+from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.mp4.index import read_index_from_source
 from lerobot_nodes.sidecar import SCHEMA_DOC, SCHEMA_VERSION, SidecarArchive, build_archive
 from lerobot_nodes.sidecar.schema import SourceIdentity

@@ -24,7 +24,7 @@ import pytest
 
 from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
 from lerobot_nodes.dataset import shutdown_dataloader
-from lerobot_nodes.lifeline import guard_forkserver, guard_worker
+from lerobot_nodes.workers.lifeline import guard_forkserver, guard_worker
 
 SCRIPTS = Path(__file__).parent / "scripts"
 SHM = Path("/dev/shm")
@@ -97,7 +97,7 @@ def process_tree(root: int) -> dict[int, Proc]:
 
 def worker_server(root: int, tree: dict[int, Proc]) -> Proc:
     """The process the workers were forked from: the training process's fork
-    (``lerobot_nodes.worker_server``, role "python") or a stdlib forkserver."""
+    (``lerobot_nodes.workers.server``, role "python") or a stdlib forkserver."""
     servers = [p for p in tree.values() if p.parent == root and any(q.parent == p.pid for q in tree.values())]
     assert len(servers) == 1, tree
     return servers[0]

@@ -9,7 +9,7 @@ import pytest
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.dataset import IDENTITY_KEY, StreamingLeRobotDataset, streaming_dataloader
 from lerobot_nodes.errors import ConfigError
-from lerobot_nodes.identity import check_identity, without_credentials
+from lerobot_nodes.resume.identity import check_identity, without_credentials
 from lerobot_nodes.testing import write_dataset
 
 CONFIG = StreamingConfig(streaming_episode_pool_size=2, streaming_prefetch_episodes=2)

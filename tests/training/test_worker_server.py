@@ -1,4 +1,4 @@
-"""Workers' server (``lerobot_nodes.worker_server``): forked from the training process only when
+"""Workers' server (``lerobot_nodes.workers.server``): forked from the training process only when
 that is safe, a new interpreter otherwise, and the same batches either way.
 
 Each case is a real training script in its own process, since how the server starts is

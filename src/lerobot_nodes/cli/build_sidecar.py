@@ -1,17 +1,134 @@
-"""``lerobot-build-mp4-sidecar``: build the MP4 index sidecar of a dataset."""
+"""``lerobot-build-mp4-sidecar``: build (and later publish) a dataset's MP4 sidecar archive.
+
+Example::
+
+    lerobot-build-mp4-sidecar --repo-id=OWNER/DATASET --revision=COMMIT_SHA \\
+        --data-root=hf://datasets/OWNER/DATASET@COMMIT_SHA --output=/tmp/dataset-mp4-sidecar.npz --workers=8 --push
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .console import exit_process
+from ..errors import ConfigError, LeRobotNodesError, PublishNotSupportedError, SidecarError
+from ..sidecar.builder import build_archive
+from ..sidecar.publish import check_publishable, publish_archive
+from ..sources.resolve import open_source
+from .console import (
+    DEBUG_ENV,
+    DEBUG_FLAG,
+    ArgumentParser,
+    debug_requested,
+    error_message,
+    exit_process,
+    run_reporting_errors,
+)
+
+log = logging.getLogger("lerobot_nodes.sidecar")
+
+PROG = "lerobot-build-mp4-sidecar"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(
+        prog=PROG,
+        description="Index every MP4 of a LeRobotDataset v3.0 into a sidecar archive (schema v3). "
+        "The output is replaced atomically, only by a complete, verified archive.",
+    )
+    parser.add_argument("--repo-id", default=None, help="OWNER/DATASET recorded in the archive (and located in "
+                        "$HF_LEROBOT_HOME when --data-root is not given)")
+    parser.add_argument("--revision", default=None, help="revision the archive is bound to (a commit SHA for "
+                        "published sidecars)")
+    parser.add_argument("--data-root", default=None, help="the dataset root: a local folder, "
+                        "hf://datasets/OWNER/NAME@REVISION, hf://buckets/OWNER/BUCKET or any fsspec URL (default: the "
+                        "Hub repo --repo-id)")
+    parser.add_argument("--output", required=True, help="archive to write (.npz)")
+    parser.add_argument("--workers", type=int, default=1, help="video files parsed concurrently (default 1)")
+    parser.add_argument("--episodes", default=None, help="comma-separated episode indices: index only their "
+                        "video files (a subset sidecar, which cannot be published)")
+    parser.add_argument("--push", action="store_true", help="publish the verified archive (dataset repo branch "
+                        "'lerobot-sidecars', or meta/mp4-sidecars/ of a bucket)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no log lines, only the summary")
+    parser.add_argument(DEBUG_FLAG, action="store_true", help=f"print the full traceback of an error (or set {DEBUG_ENV}=1)")
+    return parser
+
+
+def _episodes(value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"--episodes must be comma-separated integers, got {value!r}") from None
+
+
+def _configure_logging(quiet: bool) -> None:
+    package_log = logging.getLogger("lerobot_nodes")
+    if not package_log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        package_log.addHandler(handler)
+    package_log.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+def _check_push(args: argparse.Namespace, episodes: list[int] | None) -> None:
+    if not args.push:
+        return
+    if episodes is not None:
+        raise PublishNotSupportedError("a sidecar of a subset of the episodes cannot be published: drop --episodes")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..sidecar.cli import main as sidecar_main
+    """Run the command and return its exit code: 0 built, 1 build failed, 2 usage error."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_reporting_errors(
+        lambda: _build(argv),
+        debug=debug_requested(argv),
+        usage_hint=f"{PROG} --help lists every flag",
+        usage_errors=(ConfigError, PublishNotSupportedError),
+    )
 
-    return sidecar_main(argv)
+
+def _build(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(argv)
+    episodes = _episodes(args.episodes)
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    if args.data_root is None and args.repo_id is None:
+        raise ConfigError("give --data-root or --repo-id")
+    _configure_logging(args.quiet)
+    _check_push(args, episodes)
+    try:
+        source = open_source(args.data_root, repo_id=args.repo_id, revision=args.revision)
+        if args.push:
+            check_publishable(source)
+        summary = build_archive(
+            source,
+            args.output,
+            dataset_id=args.repo_id,
+            revision=args.revision,
+            episodes=episodes,
+            workers=args.workers,
+            show_progress=False if args.quiet else None,
+        )
+    except PublishNotSupportedError:
+        raise
+    except (LeRobotNodesError, OSError, ValueError) as error:
+        raise SidecarError(f"build failed, {args.output} was left as it was: {error_message(error)}") from error
+    print(summary.describe())
+    if args.push:
+        try:
+            where = publish_archive(source, args.output)
+        except (LeRobotNodesError, OSError) as error:
+            raise SidecarError(
+                f"publishing failed (the verified archive stays at {args.output}): {error_message(error)}"
+            ) from error
+        print(f"published {where}")
+    return 0
 
 
 def console_script() -> NoReturn:

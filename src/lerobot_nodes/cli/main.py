@@ -65,7 +65,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _act_window(root: Any) -> dict[str, list[float]]:
-    from ..meta import load_meta
+    from ..format.meta import load_meta
     from ..sources import open_source
 
     meta = load_meta(open_source(root))
@@ -91,7 +91,7 @@ def run_stream_command(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from ..meta import load_meta
+    from ..format.meta import load_meta
     from ..sources.resolve import open_source
     from ..testing import ensure_demo_dataset
     from ..video_checks import video_problems

@@ -6,7 +6,7 @@ without running any cleanup; Ctrl-C raises ``KeyboardInterrupt`` with a tracebac
 so the command shuts its DataLoader down and the caller prints one line and exits with
 128 + the signal number, as a shell reports a process killed by that signal. A second signal
 while shutting down gets the default action (an impatient second Ctrl-C ends at once; the
-workers and forkserver still end with the process, see ``lerobot_nodes.lifeline``).
+workers and forkserver still end with the process, see ``lerobot_nodes.workers.lifeline``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ RECEIVING_FROM_WORKERS = (
 
 IN_FINALIZER = ("/weakref.py",)
 """Where an exception is printed and dropped instead of raised: ``weakref.finalize`` callbacks
-(a received batch's release runs in one, lerobot_nodes.nodes.recycled_storage)."""
+(a received batch's release runs in one, lerobot_nodes.batch_memory.recycled_storage)."""
 
 WORKERS_STOP_WITHIN_S = 2.0
 """After a stop signal, DataLoader workers still running this long into the shutdown are terminated

@@ -23,11 +23,11 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from ..config import StreamingConfig
 from ..dataset import StreamingLeRobotDataset, shutdown_dataloader, start_worker_context, streaming_dataloader
 from ..errors import ConfigError
-from ..identity import check_identity
-from ..lifeline import GuardedWorkerInit
+from ..format.meta import load_meta
 from ..map_style import MapStyleLeRobotDataset
-from ..meta import load_meta
+from ..resume.identity import check_identity
 from ..sources.resolve import open_source
+from ..workers.lifeline import GuardedWorkerInit
 from .flags import DATASET_FLAGS, TRAINING_FLAGS, with_defaults
 from .signals import WORKERS_STOP_WITHIN_S, Stopped, raise_if_stopped
 

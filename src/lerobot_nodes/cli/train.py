@@ -2,7 +2,7 @@
 
 Every flag but the ``--dataset.streaming_*`` ones (the table of :mod:`.flags`, taken out and
 checked here, before LeRobot's parser sees the command line) goes to LeRobot's ``lerobot-train``
-unchanged; see :mod:`lerobot_nodes.lerobot_train` for what is replaced while it runs.
+unchanged; see :mod:`lerobot_nodes.cli.lerobot_train` for what is replaced while it runs.
 ``--help`` lists the streaming flags, then LeRobot's own help.
 """
 
@@ -28,7 +28,7 @@ def run_train(argv: Sequence[str]) -> int:
         print(flags_help({"streaming flags (lerobot_nodes)": STREAMING_FLAGS}))
         print("\nLeRobot's lerobot-train flags:")
     streaming_options, rest = split_streaming_flags(argv)
-    from ..lerobot_train import run_lerobot_train
+    from .lerobot_train import run_lerobot_train
 
     # An impossible value is a one-line ConfigError before LeRobot is imported (TrainingSession checks it).
     return run_lerobot_train(rest, streaming_options)

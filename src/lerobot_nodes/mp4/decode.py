@@ -8,7 +8,7 @@ RGB frames have the values of ``frame.to_ndarray(format="rgb24")`` then CHW, as 
 PyAV backend and :class:`~lerobot_nodes.MapStyleLeRobotDataset` return them, converted by one
 :class:`~lerobot_nodes.mp4.rgb.RgbConverter` per decoder (planar RGB, one swscale context). A depth camera's decoder (``depth=True``) returns the frames' 12-bit ``gray12le``
 codes instead, ``(T, 1, H, W)`` uint16, as LeRobot does before dequantising them
-(:mod:`lerobot_nodes.depth`).
+(:mod:`lerobot_nodes.format.depth`).
 
 Decoding only does what a query needs: forward queries continue from the decoder's current
 state; a query behind it (or far ahead of it) restarts at the last key frame at or before the
@@ -37,10 +37,10 @@ import numpy as np
 import torch
 from av.video.codeccontext import VideoCodecContext
 
-from ..depth import codes_to_tensor, depth_codes
 from ..errors import VideoDecodeError, VideoIndexError
-from ..file_video import tolerance_error
+from ..format.depth import codes_to_tensor, depth_codes
 from .clip import materialize_clip, read_clip_layout
+from .file_video import tolerance_error
 from .layout import Clip, ClipLayout, ClipOrigin
 from .plan import ClipPlan
 from .rgb import RgbConverter
@@ -182,7 +182,7 @@ class ClipDecoder:
     serialised by an internal lock; use one decoder per thread for parallel decoding.
 
     ``clip`` is a :class:`~lerobot_nodes.mp4.layout.Clip` (the bytes and the layout its plan
-    made, as :class:`~lerobot_nodes.nodes.episode_fetch.EpisodeFetcher` delivers them) or bare
+    made, as :class:`~lerobot_nodes.fetch.episode_fetch.EpisodeFetcher` delivers them) or bare
     clip bytes, whose layout is then parsed from their ``moov``.
 
     Counters: ``samples_decoded`` (packets sent to the codec), ``restarts`` (seeks) and

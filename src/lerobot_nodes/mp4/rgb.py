@@ -21,7 +21,7 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from ..file_video import ONE_SWSCALE_THREAD
+from .file_video import ONE_SWSCALE_THREAD
 
 _PLANAR_ORDER = (2, 0, 1)
 """``gbrp`` planes holding R, G and B."""

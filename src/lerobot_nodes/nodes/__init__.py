@@ -1,40 +1,26 @@
-"""The streaming graph as torchdata nodes, one node per module.
+"""The streaming graph as torchdata nodes, one node per module, and nothing but nodes.
 
 ::
 
     RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer [-> SampleBatcher
-    (sharder.py)         (pool_sampler.py)     (prefetcher.py,    (decode_mapper.py, (ordered_buffer.py)  (batcher.py)
-                                                byte_cache.py)     batch_slots.py)
+    (sharder.py)         (pool_sampler.py)     (prefetcher.py)    (decode_mapper.py) (ordered_buffer.py)  (batcher.py)
         -> HeapTrimmer]
            (heap_trimmer.py)
 
-In a DataLoader worker, a batch's camera storage comes from ``RecycledStorages``
-(recycled_storage.py): shared memory written again once the training process released it.
-
-:func:`build_streaming_graph` builds the whole graph of one worker from plain values.
+What the nodes use lives a floor below: byte ranges and the byte budget in
+:mod:`lerobot_nodes.fetch`, batch storage in :mod:`lerobot_nodes.batch_memory`, sample
+assembly in :mod:`lerobot_nodes.sample.assemble`. :func:`lerobot_nodes.streaming_graph.build_streaming_graph`
+composes the whole graph of one worker.
 """
 
 from __future__ import annotations
 
-from ..errors import ByteBudgetError, EpisodeFetchError, FetchCancelled, GraphFailedError
-from .batch_slots import BatchSlots
 from .batcher import SampleBatcher
-from .byte_cache import ByteBudget, ByteCacheStats, EpisodeByteCache
 from .decode_mapper import DecodeMapper, DecoderLRU, PendingSample, SampleAssembler, apply_image_transforms
-from .episode_fetch import (
-    EpisodeFetcher,
-    EpisodePayload,
-    VideoIndexProvider,
-    default_index_provider,
-    direct_index_provider,
-)
-from .graph import StreamingGraph, build_streaming_graph
 from .heap_trimmer import HeapTrimmer
-from .metrics_sink import MetricsSink, NullMetrics
 from .ordered_buffer import OrderedBuffer
 from .pool_sampler import EpisodePoolSampler, ScheduleItem, frame_order
 from .prefetcher import BytePrefetcher, SampleTask
-from .recycled_storage import RecycledBatch, RecycledStorages
 from .sharder import (
     RankWorkerSharder,
     frame_balanced_assignment,
@@ -44,25 +30,11 @@ from .sharder import (
 )
 
 __all__ = [
-    "HeapTrimmer",
-    "RecycledBatch",
-    "RecycledStorages",
-    "BatchSlots",
-    "ByteBudget",
-    "ByteBudgetError",
-    "ByteCacheStats",
     "BytePrefetcher",
     "DecodeMapper",
     "DecoderLRU",
-    "EpisodeByteCache",
-    "EpisodeFetchError",
-    "EpisodeFetcher",
-    "EpisodePayload",
     "EpisodePoolSampler",
-    "FetchCancelled",
-    "GraphFailedError",
-    "MetricsSink",
-    "NullMetrics",
+    "HeapTrimmer",
     "OrderedBuffer",
     "PendingSample",
     "RankWorkerSharder",
@@ -70,12 +42,7 @@ __all__ = [
     "SampleBatcher",
     "SampleTask",
     "ScheduleItem",
-    "StreamingGraph",
-    "VideoIndexProvider",
     "apply_image_transforms",
-    "build_streaming_graph",
-    "default_index_provider",
-    "direct_index_provider",
     "frame_balanced_assignment",
     "frame_order",
     "max_workers_for_rank",

@@ -5,11 +5,11 @@
 are views of one storage allocated per batch: in shared memory inside a DataLoader worker,
 so a batch crosses to the training process as shared-memory segments and the training
 process does no per-sample work. Camera frames are normally decoded straight into their batch
-(:class:`~lerobot_nodes.nodes.batch_slots.BatchSlots`) and not copied again: a batch is then
+(:class:`~lerobot_nodes.batch_memory.batch_slots.BatchSlots`) and not copied again: a batch is then
 two segments, the cameras' and the other keys'. With ``recycled``, the cameras' storage is one
 written again once the training process has released it
-(:mod:`~lerobot_nodes.nodes.recycled_storage`): in a worker the batch is a
-:class:`~lerobot_nodes.nodes.recycled_storage.RecycledBatch`, a plain ``dict`` once received;
+(:mod:`~lerobot_nodes.batch_memory.recycled_storage`): in a worker the batch is a
+:class:`~lerobot_nodes.batch_memory.recycled_storage.RecycledBatch`, a plain ``dict`` once received;
 in the training process itself it is that plain ``dict`` already.
 The last batch of an epoch holds what is left (no sample is dropped).
 
@@ -29,16 +29,16 @@ import torch
 from torch.utils.data import default_collate
 from torchdata.nodes import BaseNode
 
-from ..batch_rows import PartialSample, gather_rows, row_layout
-from .batch_slots import BatchPlace
-from .recycled_storage import RecycledBatch, RecycledStorages
-from .storage_views import tensors_in_one_storage, view_of
+from ..batch_memory.batch_slots import BatchPlace
+from ..batch_memory.recycled_storage import RecycledBatch, RecycledStorages
+from ..batch_memory.storage_views import tensors_in_one_storage, view_of
+from ..sample.batch_rows import PartialSample, gather_rows, row_layout
 
 
 def assembled_in_place(column: Sequence[torch.Tensor]) -> torch.Tensor | None:
     """The batch of ``column`` as one view, when its tensors already lie back to back in one
     storage starting at its first element (cameras decoded into their batch by
-    :class:`~lerobot_nodes.nodes.batch_slots.BatchSlots`); else None."""
+    :class:`~lerobot_nodes.batch_memory.batch_slots.BatchSlots`); else None."""
     first = column[0]
     if not first.is_contiguous():
         return None
@@ -101,7 +101,7 @@ def collate_into_one_storage(samples: Sequence[dict[str, Any]], shared: bool) ->
 
 def batch_of_places(column: Sequence[Any]) -> torch.Tensor | None:
     """The batch of ``column`` as one view when it holds the places of one batch in order from
-    its first (:class:`~lerobot_nodes.nodes.batch_slots.BatchPlace`, frames written in place); else None."""
+    its first (:class:`~lerobot_nodes.batch_memory.batch_slots.BatchPlace`, frames written in place); else None."""
     first = column[0]
     if not isinstance(first, BatchPlace):
         return None
@@ -120,7 +120,7 @@ def _completed(sample: PartialSample) -> dict[str, Any]:
 
 def collate_partial_samples(samples: Sequence[PartialSample], shared: bool) -> dict[str, Any]:
     """:func:`collate_into_one_storage` of the completed samples, with the rows gathered per
-    episode straight into the batch's storage (:mod:`lerobot_nodes.batch_rows`); cameras
+    episode straight into the batch's storage (:mod:`lerobot_nodes.sample.batch_rows`); cameras
     decoded in place are not copied, others (depth) are stacked into the same storage."""
     first = samples[0]
     count = len(samples)

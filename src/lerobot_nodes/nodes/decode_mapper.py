@@ -4,10 +4,10 @@
 ``num_threads`` threads; ``next()`` returns at once a :class:`PendingSample` (the schedule
 item and a future of the sample). :class:`~lerobot_nodes.nodes.ordered_buffer.OrderedBuffer`
 bounds how many are pending and releases them in schedule order. A sample is assembled with
-:func:`lerobot_nodes.sample.assemble_sample`, the code the map-style reader uses, so both
+:func:`lerobot_nodes.sample.assemble.assemble_sample`, the code the map-style reader uses, so both
 return the same keys in the same order with the same values. Behind a batcher, a decode thread
-makes only the sample's camera frames (:func:`lerobot_nodes.sample.camera_frames`) and the batcher
-gathers the rows of the whole batch (:mod:`lerobot_nodes.batch_rows`).
+makes only the sample's camera frames (:func:`lerobot_nodes.sample.assemble.camera_frames`) and the batcher
+gathers the rows of the whole batch (:mod:`lerobot_nodes.sample.batch_rows`).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
-from ..batch_rows import PartialSample
+from ..batch_memory.batch_slots import BatchPlace, BatchSlots
+from ..fetch.episode_fetch import EpisodePayload, add_context
+from ..metrics import MetricsSink, NullMetrics, recorder
 from ..mp4.decode import DecodedFrameBudget, VideoDecodeError
 from ..mp4.layout import Clip
-from ..sample import SampleSpec, assemble_sample, camera_frames
-from .batch_slots import BatchPlace, BatchSlots
-from .episode_fetch import EpisodePayload, add_context
-from .metrics_sink import MetricsSink, NullMetrics, recorder
+from ..sample.assemble import SampleSpec, assemble_sample, camera_frames
+from ..sample.batch_rows import PartialSample
 from .pool_sampler import ScheduleItem
 from .prefetcher import SampleTask
 
@@ -38,7 +38,7 @@ from .prefetcher import SampleTask
 class ClipDecoderLike(Protocol):
     """A decoder of one clip (``mp4.ClipDecoder`` satisfies it); ``depth=True`` is passed only
     for the depth cameras (``SampleSpec.depth_videos``), ``out`` (a numpy array to write the
-    frames into, see :class:`~lerobot_nodes.nodes.batch_slots.BatchSlots`) only when batches
+    frames into, see :class:`~lerobot_nodes.batch_memory.batch_slots.BatchSlots`) only when batches
     are assembled in place."""
 
     def frames_at(
@@ -184,7 +184,7 @@ class SampleAssembler:
     Video frames are decoded from the episode's clips at file time ``from_timestamp + t``,
     exactly the timestamps the map-style reader decodes. With ``defer_rows`` (batches assembled
     by a :class:`~lerobot_nodes.nodes.batcher.SampleBatcher`, no image transforms) only the
-    camera frames are made here: the result is a :class:`~lerobot_nodes.batch_rows.PartialSample`
+    camera frames are made here: the result is a :class:`~lerobot_nodes.sample.batch_rows.PartialSample`
     whose data columns the batcher gathers for the whole batch.
     """
 

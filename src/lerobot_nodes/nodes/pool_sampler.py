@@ -18,7 +18,7 @@ from torchdata.nodes import BaseNode
 
 from ..config import SAMPLING_STRATEGIES, resolve_seed
 from ..errors import ConfigError
-from .byte_cache import ByteBudget
+from ..fetch.byte_cache import ByteBudget
 from .sharder import RankWorkerSharder, seed_entropy
 
 _CHOICE_STREAM = 0x43484F53

@@ -22,9 +22,9 @@ from typing import Any
 from torchdata.nodes import BaseNode
 
 from ..errors import FetchCancelled
-from .byte_cache import EpisodeByteCache
-from .episode_fetch import EpisodePayload
-from .metrics_sink import MetricsSink, NullMetrics
+from ..fetch.byte_cache import EpisodeByteCache
+from ..fetch.episode_fetch import EpisodePayload
+from ..metrics import MetricsSink, NullMetrics
 from .pool_sampler import EpisodePoolSampler, ScheduleItem
 
 FetchFn = Callable[[int], EpisodePayload]

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ..atomic import atomic_write, remove_dead_partials
 from ..errors import SidecarError, SidecarFormatError
-from ..meta import load_meta, select_episodes
+from ..format.meta import load_meta, select_episodes
 from ..mp4.index import INDEX_FORMAT_VERSION, VideoIndex, read_index_from_source
 from ..sources import ByteSource
 from .schema import ArchiveWriter, SidecarArchive, SourceIdentity
@@ -70,7 +70,7 @@ def _common_folder(paths: Sequence[str]) -> str:
 
 class _IndexingBar(tqdm):  # type: ignore[type-arg]
     """A tqdm bar without tqdm's monitor thread, which would outlive the build and keep the
-    training process from being forked into the workers' server (``lerobot_nodes.worker_server``)."""
+    training process from being forked into the workers' server (``lerobot_nodes.workers.server``)."""
 
     monitor_interval = 0
 

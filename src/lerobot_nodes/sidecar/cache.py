@@ -31,8 +31,8 @@ from typing import Any
 
 from ..atomic import atomic_write, remove_dead_partials
 from ..errors import SidecarFormatError
+from ..format.meta import DatasetMeta
 from ..home import lerobot_home
-from ..meta import DatasetMeta
 from ..mp4.index import INDEX_FORMAT_VERSION, VideoIndex
 from ..sources import ByteSource
 from ..sources.source_file import open_buffered

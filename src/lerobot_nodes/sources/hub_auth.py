@@ -16,7 +16,7 @@ import weakref
 from multiprocessing import shared_memory
 from typing import Any
 
-from ..shared_segments import attach_untracked, release
+from ..workers.shared_segments import attach_untracked, release
 
 _MODES = ("default", "explicit", "anonymous")
 

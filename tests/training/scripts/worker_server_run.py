@@ -26,7 +26,7 @@ import numpy as np
 
 from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
 from lerobot_nodes.dataset import shutdown_dataloader, start_worker_context
-from lerobot_nodes.worker_server import SERVER
+from lerobot_nodes.workers.server import SERVER
 
 
 class RecordWorker:

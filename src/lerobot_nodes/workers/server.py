@@ -20,7 +20,7 @@ is safe, and started the stdlib way otherwise:
 when the training process is still plain. The server's Python signal handlers and root
 logging handlers are reset to a new interpreter's, its objects are frozen out of the cyclic
 garbage collector (nothing inherited is ever freed by a worker's collection, and pages stay
-shared), and it ends with the process that started it (:mod:`lerobot_nodes.lifeline`).
+shared), and it ends with the process that started it (:mod:`lerobot_nodes.workers.lifeline`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 
 from .lifeline import guard_server
 
-logger = logging.getLogger("lerobot_nodes.worker_server")
+logger = logging.getLogger("lerobot_nodes.workers.server")
 
 # The stdlib's own forkserver helpers, which typeshed leaves out.
 connection: Any = _connection

@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..errors import MetadataError
+from ..sources import ByteRange, ByteSource
+from ..sources.ranges import coalesce
+from ..sources.sparse_file import SparseFile
 from .episode_data import EpisodeData, episode_data_from_table
-from .errors import MetadataError
 from .meta import DatasetMeta
-from .sources import ByteRange, ByteSource
-from .sources.ranges import coalesce
-from .sources.sparse_file import SparseFile
 
 _FOOTER_GUESS = 64 * 1024
 _PARQUET_MAGIC = b"PAR1"

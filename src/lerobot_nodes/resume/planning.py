@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .nodes.pool_sampler import EpisodePoolSampler
-from .nodes.sharder import RankWorkerSharder, frame_balanced_assignment, seed_entropy
+from ..nodes.pool_sampler import EpisodePoolSampler
+from ..nodes.sharder import RankWorkerSharder, frame_balanced_assignment, seed_entropy
 
 
 @dataclass(frozen=True)

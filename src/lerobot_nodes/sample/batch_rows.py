@@ -3,7 +3,7 @@
 When batches are assembled in the reader, a decode thread only decodes a sample's camera frames
 and hands on a :class:`PartialSample`; the batcher then fills every data column and pad mask of
 the whole batch with one numpy gather per (column, episode) (:func:`gather_rows`), straight into
-the batch's storage. The values equal :func:`lerobot_nodes.sample.row_values` of each sample
+the batch's storage. The values equal :func:`lerobot_nodes.sample.assemble.row_values` of each sample
 stacked by ``default_collate`` (the batching tests compare both against the map-style reader);
 the per-sample route stays for what a gather cannot hold: columns of Python objects (strings,
 embedded images, language) and delta-window keys that are not numeric columns.
@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from .episode_data import EpisodeData
-from .sample import SampleSpec, finish_sample, row_values, task_of
+from ..format.episode_data import EpisodeData
+from .assemble import SampleSpec, finish_sample, row_values, task_of
 from .windows import pad_key
 
 
 @dataclass(frozen=True)
 class PartialSample:
-    """A sample's camera frames (in :func:`~lerobot_nodes.sample.camera_frames` order), its rows
+    """A sample's camera frames (in :func:`~lerobot_nodes.sample.assemble.camera_frames` order), its rows
     still to be gathered with its batch."""
 
     spec: SampleSpec
@@ -33,7 +33,7 @@ class PartialSample:
     frame: int
 
     def complete(self) -> dict[str, Any]:
-        """The whole sample, as :func:`~lerobot_nodes.sample.assemble_sample` returns it."""
+        """The whole sample, as :func:`~lerobot_nodes.sample.assemble.assemble_sample` returns it."""
         return finish_sample(self.spec, self.cameras, row_values(self.spec, self.episode, self.frame), self.episode, self.frame)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .metrics_sink import MetricsSink, NullMetrics
+from ..metrics import MetricsSink, NullMetrics
 from .storage_views import ALIGNMENT, new_storage, view_of
 
 TRAILER_BYTES = ALIGNMENT

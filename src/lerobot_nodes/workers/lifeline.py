@@ -16,7 +16,7 @@ This module breaks the cycle from both ends:
   moment it is gone. A worker forked by a forkserver also asks Linux for SIGKILL when the
   server dies (``PR_SET_PDEATHSIG``), which ends it even when its own threads are stuck.
 - :func:`guard_server`, in the process workers are forked from (the forkserver runs it when
-  it preloads ``lerobot_nodes.dataset``, :mod:`lerobot_nodes.worker_server` right after its
+  it preloads ``lerobot_nodes.dataset``, :mod:`lerobot_nodes.workers.server` right after its
   fork): the same wait on the process that started the server.
 
 Once they are gone the resource tracker's pipe closes, so it unlinks the shared-memory
@@ -165,7 +165,7 @@ def guard_forkserver() -> bool:
 def guard_server() -> bool:
     """In a process that forks DataLoader workers: end it as soon as the process that started it is gone.
 
-    For the forkserver (:func:`guard_forkserver`) and for ``lerobot_nodes.worker_server``'s
+    For the forkserver (:func:`guard_forkserver`) and for ``lerobot_nodes.workers.server``'s
     fork of the training process. False when this process is already guarded.
     """
     if not _claim():

@@ -31,7 +31,7 @@ import av
 import numpy as np
 import torch
 
-from .errors import ConfigError, MetadataError
+from ..errors import ConfigError, MetadataError
 
 DEPTH_QMAX = 4095
 """Largest 12-bit code (LeRobot's ``DEPTH_QMAX``)."""

@@ -15,17 +15,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from .depth import DEFAULT_DEPTH_UNIT, DepthQuantization, check_depth_unit, dequantize
-from .episode_data import EpisodeData, image_value_to_tensor
-from .errors import ConfigError, MetadataError
-from .meta import DatasetMeta
+from ..errors import ConfigError, MetadataError
+from ..format.depth import DEFAULT_DEPTH_UNIT, DepthQuantization, check_depth_unit, dequantize
+from ..format.episode_data import EpisodeData, image_value_to_tensor
+from ..format.meta import DatasetMeta
 from .windows import check_delta_timestamps, delta_indices, pad_key, resolve_window
 
 VideoDecodeFn = Callable[[str, list[float]], Any]
 """``(video_key, episode-relative timestamps) -> (T, C, H, W)`` frames; for the depth cameras of
 ``SampleSpec.depth_videos`` the ``(T, 1, H, W)`` uint16 codes (``depth=True`` decoding), which
 :func:`assemble_sample` dequantises. What is not a tensor (the place in a batch the frames were
-written into, :class:`~lerobot_nodes.nodes.batch_slots.BatchPlace`) is kept as it is."""
+written into, :class:`~lerobot_nodes.batch_memory.batch_slots.BatchPlace`) is kept as it is."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class SampleSpec:
     offsets: Mapping[str, np.ndarray] | None
     image_transforms: Callable[[Any], Any] | None = None
     depth_videos: Mapping[str, DepthQuantization] = dataclasses.field(default_factory=dict)
-    """The video cameras that hold depth maps, with their quantisation (``lerobot_nodes.depth``)."""
+    """The video cameras that hold depth maps, with their quantisation (``lerobot_nodes.format.depth``)."""
     depth_output_unit: str = DEFAULT_DEPTH_UNIT
 
     @classmethod

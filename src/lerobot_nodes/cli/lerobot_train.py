@@ -48,18 +48,18 @@ import torch
 from torch.utils.data import IterableDataset
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
-from .atomic import atomic_write
-from .config import StreamingConfig
-from .dataset import (
+from ..atomic import atomic_write
+from ..config import StreamingConfig
+from ..dataset import (
     StreamingLeRobotDataset,
     loader_batch_size,
     shutdown_dataloader,
     start_worker_context,
     streaming_dataloader,
 )
-from .errors import ConfigError, LeRobotIncompatibleError
+from ..errors import ConfigError, LeRobotIncompatibleError
 
-logger = logging.getLogger("lerobot_nodes.lerobot_train")
+logger = logging.getLogger("lerobot_nodes.cli.lerobot_train")
 
 MINIMUM_LEROBOT = (0, 6, 1)
 TESTED_LEROBOT = "0.6.1"

@@ -13,7 +13,7 @@ from pprint import pformat
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 PAD_SUFFIX = "_is_pad"
 

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import ConfigError, MetadataError, SourceFileNotFoundError, UnsupportedVersionError
-from .sources import ByteSource
+from ..errors import ConfigError, MetadataError, SourceFileNotFoundError, UnsupportedVersionError
+from ..sources import ByteSource
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import MetadataError
+from ..errors import MetadataError
 
 
 @dataclass

@@ -17,10 +17,10 @@ import av
 import numpy as np
 import torch
 
-from .depth import codes_to_tensor, depth_codes
-from .errors import FrameTimestampError, MetadataError, VideoIndexError
-from .sources import ByteSource
-from .sources.source_file import open_buffered
+from ..errors import FrameTimestampError, MetadataError, VideoIndexError
+from ..format.depth import codes_to_tensor, depth_codes
+from ..sources import ByteSource
+from ..sources.source_file import open_buffered
 
 
 def tolerance_error(
@@ -109,7 +109,7 @@ class FileVideoDecoder:
         """Frames nearest to ``timestamps`` (seconds on the file's timeline), ``(T, C, H, W)``.
 
         With ``depth``, the 12-bit codes of a depth camera, ``(T, 1, H, W)`` uint16 (see
-        :mod:`lerobot_nodes.depth`); ``return_uint8`` does not apply to them.
+        :mod:`lerobot_nodes.format.depth`); ``return_uint8`` does not apply to them.
         """
         first, last = min(timestamps), max(timestamps)
         assert self._time_base is not None

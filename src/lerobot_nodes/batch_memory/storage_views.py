@@ -1,6 +1,6 @@
 """Tensors that are views of one storage: one allocation (one shared-memory segment) for many tensors.
 
-Used for the batches of :mod:`~lerobot_nodes.nodes.batcher` and :mod:`~lerobot_nodes.nodes.batch_slots`:
+Used for the batches of :mod:`~lerobot_nodes.nodes.batcher` and :mod:`~lerobot_nodes.batch_memory.batch_slots`:
 a worker sends all of a storage's tensors to the training process as one segment.
 """
 
@@ -38,7 +38,7 @@ def tensors_in_one_storage(
     (in shared memory with ``shared``), each starting on an :data:`ALIGNMENT` boundary.
 
     ``allocate(nbytes)``: where the storage comes from instead (at least ``nbytes``; e.g.
-    :meth:`~lerobot_nodes.nodes.recycled_storage.RecycledStorages.take`)."""
+    :meth:`~lerobot_nodes.batch_memory.recycled_storage.RecycledStorages.take`)."""
     offsets = []
     total = 0
     for _, dtype, shape in specs:

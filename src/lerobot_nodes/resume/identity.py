@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .config import StreamingConfig
-from .errors import ConfigError
-from .meta import DatasetMeta
+from ..config import StreamingConfig
+from ..errors import ConfigError
+from ..format.meta import DatasetMeta
 
 logger = logging.getLogger("lerobot_nodes.dataset")
 

@@ -18,13 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..episode_data import EpisodeData
 from ..errors import EpisodeFetchError, LeRobotNodesError
-from ..meta import DatasetMeta
+from ..format.episode_data import EpisodeData
+from ..format.meta import DatasetMeta
+from ..format.parquet import EpisodeRowsPlan, EpisodeTableReader
 from ..mp4.index import VideoIndex
 from ..mp4.layout import Clip
 from ..mp4.plan import clip_gop_starts, plan_clip
-from ..parquet import EpisodeRowsPlan, EpisodeTableReader
 from ..sources import ByteRange, ByteSource
 
 VideoIndexProvider = Callable[[Sequence[str]], Mapping[str, VideoIndex]]

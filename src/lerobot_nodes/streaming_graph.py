@@ -20,24 +20,24 @@ from typing import Any
 
 from torchdata.nodes import BaseNode, Mapper
 
-from ..config import StreamingConfig, resolve_seed
-from ..depth import DEFAULT_DEPTH_UNIT
-from ..meta import DatasetMeta
-from ..mp4.index import VideoIndex
-from ..sample import SampleSpec
-from ..sources import ByteSource
-from .batch_slots import BatchSlots
-from .batcher import SampleBatcher
-from .byte_cache import ByteBudget, EpisodeByteCache
-from .decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, apply_image_transforms
-from .episode_fetch import EpisodeFetcher, VideoIndexProvider, default_index_provider, preferring_opened
-from .heap_trimmer import HeapTrimmer
-from .metrics_sink import MetricsSink, NullMetrics
-from .ordered_buffer import OrderedBuffer
-from .pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
-from .prefetcher import BytePrefetcher
-from .recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, IN_PROCESS_KEEP, RecycledStorages
-from .sharder import RankWorkerSharder
+from .batch_memory.batch_slots import BatchSlots
+from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, IN_PROCESS_KEEP, RecycledStorages
+from .config import StreamingConfig, resolve_seed
+from .fetch.byte_cache import ByteBudget, EpisodeByteCache
+from .fetch.episode_fetch import EpisodeFetcher, VideoIndexProvider, default_index_provider, preferring_opened
+from .format.depth import DEFAULT_DEPTH_UNIT
+from .format.meta import DatasetMeta
+from .metrics import MetricsSink, NullMetrics
+from .mp4.index import VideoIndex
+from .nodes.batcher import SampleBatcher
+from .nodes.decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, apply_image_transforms
+from .nodes.heap_trimmer import HeapTrimmer
+from .nodes.ordered_buffer import OrderedBuffer
+from .nodes.pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
+from .nodes.prefetcher import BytePrefetcher
+from .nodes.sharder import RankWorkerSharder
+from .sample.assemble import SampleSpec
+from .sources import ByteSource
 
 HEAP_TRIM_EVERY_BATCHES = 4
 """Batches between two returns of free heap memory (``nodes.heap_trimmer`` has the measurements)."""
@@ -119,7 +119,7 @@ def _stale_index_hint(source: ByteSource, meta: DatasetMeta) -> Callable[[], str
     """The hint for decode errors when indexes come from the local cache (stores with stable identities)."""
     if not source.has_stable_identity:
         return None  # indexed afresh at every open: a stale index cannot be the cause
-    from ..sidecar.cache import stale_index_hint
+    from .sidecar.cache import stale_index_hint
 
     return lambda: stale_index_hint(source, meta.repo_id)
 
@@ -170,7 +170,7 @@ def schedule_sampler(
     """The logical schedule of one worker, exactly as :func:`build_streaming_graph` builds it.
 
     Sharder and pool sampler only: no fetch, no decode. Resume planning replays schedules of
-    other topologies with it (``lerobot_nodes.resume``). ``assigned``/``carried`` describe an
+    other topologies with it (``lerobot_nodes.resume.planning``). ``assigned``/``carried`` describe an
     elastic resume's remnant (see :class:`RankWorkerSharder` and :class:`EpisodePoolSampler`);
     ``run_starts``/``runs`` the anchor runs (:func:`anchor_runs`).
     """
@@ -240,7 +240,7 @@ def build_streaming_graph(
     (:func:`schedule_sampler`). ``batch_size``: ``root`` yields batches collated by a
     :class:`SampleBatcher` (in shared memory with ``shared_memory_batches``, for DataLoader workers,
     whose camera segments are recycled: up to ``batches_in_flight`` + 1 kept; in this process
-    up to ``IN_PROCESS_KEEP``, see :class:`~lerobot_nodes.nodes.recycled_storage.RecycledStorages`),
+    up to ``IN_PROCESS_KEEP``, see :class:`~lerobot_nodes.batch_memory.recycled_storage.RecycledStorages`),
     and a :class:`HeapTrimmer` hands free heap memory back every ``trim_heap_every`` batches (None: never).
     """
     config = config or StreamingConfig()
@@ -328,7 +328,7 @@ def build_streaming_graph(
             )
     decoder = DecodeMapper(
         prefetcher,
-        # Behind a batcher without transforms the rows are gathered per batch (lerobot_nodes.batch_rows).
+        # Behind a batcher without transforms the rows are gathered per batch (lerobot_nodes.sample.batch_rows).
         SampleAssembler(
             spec, tolerance_s=tolerance_s, return_uint8=return_uint8, defer_rows=batch_size is not None and image_transforms is None
         ),
