@@ -40,13 +40,13 @@ def child(root: str, workers: int, batches: int, window_name: str) -> None:
     import _driver_common as common
 
     from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
-    from lerobot_nodes.dataset import shutdown_dataloader
+    from lerobot_nodes.loader import shutdown_dataloader
 
     window = window_of(root, window_name)
     started = time.perf_counter()
     if workers:
         try:
-            from lerobot_nodes.dataset import start_worker_context
+            from lerobot_nodes.loader import start_worker_context
         except ImportError:  # a checkout from before it existed
             pass
         else:

@@ -30,7 +30,7 @@ import numpy as np
 from lerobot_nodes import load_meta, open_source
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.metrics import WorkerMetrics
-from lerobot_nodes.streaming_graph import build_streaming_graph
+from lerobot_nodes.streaming_graph import GraphServices, SampleOptions, ScheduleStart, build_streaming_graph
 from lerobot_nodes.testing import write_dataset
 
 CAMERA = "observation.images.top"
@@ -43,8 +43,9 @@ def run(root: Path, strategy: str, gop_runs: bool, window: str, batch: int = 32)
     metrics = WorkerMetrics()
     config = StreamingConfig(streaming_sampling_strategy=strategy, streaming_gop_runs=gop_runs)
     graph = build_streaming_graph(
-        source, meta, list(range(len(meta.episodes))), config=config, seed=1000,
-        delta_timestamps=WINDOWS[window], return_uint8=True, metrics=metrics,
+        source, meta, list(range(len(meta.episodes))), config=config, schedule=ScheduleStart(seed=1000),
+        samples=SampleOptions(delta_timestamps=WINDOWS[window], return_uint8=True),
+        services=GraphServices(metrics=metrics),
     )  # fmt: skip
     started = time.perf_counter()
     episodes = []

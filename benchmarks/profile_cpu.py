@@ -1,7 +1,7 @@
 """Where loader A's CPU goes per sample: py-spy samples of every thread of the loader and its
 workers, bucketed by what the stack is doing.
 
-    /work/venv/bin/python benchmarks/profile_cpu.py --workers 0 2 --batches 150 --out benchmarks/profile_results.json
+    /work/venv/bin/python benchmarks/profile_cpu.py --workers 0 2 --batches 150 --rate 100 --out /tmp/profile.jsonl
     # the same for another checkout of the package (e.g. the commit before a change), side by side:
     /work/venv/bin/python benchmarks/profile_cpu.py --src /path/to/old/checkout/src --label before ...
 
@@ -50,10 +50,10 @@ BUCKETS: list[tuple[str, tuple[str, ...]]] = [
 
 def child(args: argparse.Namespace) -> None:
     from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
-    from lerobot_nodes.dataset import shutdown_dataloader
+    from lerobot_nodes.loader import shutdown_dataloader
 
     try:
-        from lerobot_nodes.dataset import start_worker_context
+        from lerobot_nodes.loader import start_worker_context
     except ImportError:  # a checkout from before it existed
         start_worker_context = None
 

@@ -1,4 +1,9 @@
-"""Write ``benchmarks/RESULTS.md`` and ``benchmarks/plots/*.png`` from one harness run."""
+"""Write a suite's page and its plots from harness runs (``benchmarks/run.py``).
+
+The page lands where ``--report-out`` says (``--suite full``: ``benchmarks/speed_results.md``), its
+plots beside it in ``plots/<page name without _results>/`` (``benchmarks/plots/speed/``).
+``benchmarks/RESULTS.md`` is hand-written around these pages and never written here.
+"""
 
 from __future__ import annotations
 
@@ -143,6 +148,72 @@ def _targets(summary: list[dict]) -> list[str]:
     return lines
 
 
+def _sps(value: float | None) -> str:
+    return "–" if value is None else (f"{value:.0f}" if value >= 100 else f"{value:.3g}")
+
+
+def _bold(text: str, met: bool) -> str:
+    return f"**{text}**" if met else text
+
+
+def versus_d(summary: list[dict], dataset_order: list[str]) -> list[str]:
+    """A against D per configuration, with the targets of issue 12 in bold where met: A/D samples/s
+    >= 3, >= 70 % of the decode limit with workers, decoded/delivered <= 1.3, first batch <= 1/3 of
+    D's, PSS growth beyond the imports <= D's."""
+    fixed = [r for r in summary if r["mode"] == "fixed"]
+    index = {(r["dataset"], r["window"], r["num_workers"], r["loader"]): r for r in fixed}
+    lines = [
+        "| dataset | window | workers | A samples/s | D samples/s | A/D (>= 3) | % decode limit, A (>= 70 % "
+        "with workers) | decoded / delivered, A / D (<= 1.3) | first batch A / D s (A/D <= 1/3) | "
+        "PSS growth A / D MB (A <= D) | CPU ms/sample A / D |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for dataset in dataset_order:
+        first = True
+        for window in WINDOW_ORDER:
+            for workers in sorted({r["num_workers"] for r in fixed}):
+                a = index.get((dataset, window, workers, "A"))
+                d = index.get((dataset, window, workers, "D"))
+                if a is None or d is None:
+                    continue
+                a_sps, d_sps = _value(a, "samples_per_s"), _value(d, "samples_per_s")
+                speed = _ratio(a_sps, d_sps)
+                limit = _value(a, "decode_fraction")
+                a_dec, d_dec = _value(a, "decoded_per_delivered"), _value(d, "decoded_per_delivered")
+                a_first, d_first = _value(a, "ttfb_s"), _value(d, "ttfb_s")
+                first_ratio = _ratio(a_first, d_first)
+                a_pss, d_pss = _value(a, "pss_growth_mb"), _value(d, "pss_growth_mb")
+                cells = [
+                    dataset if first else "",
+                    WINDOW_TEXT[window].split(" (")[0],
+                    str(workers),
+                    _sps(a_sps),
+                    _sps(d_sps),
+                    _bold(_fmt(speed, "{:.2f}x"), speed is not None and speed >= 3),
+                    _bold(_fmt(limit and 100 * limit, "{:.1f} %"), bool(workers and limit and limit >= 0.7)),
+                    _bold(_fmt(a_dec, "{:.2f}"), a_dec is not None and a_dec <= 1.3)
+                    + " / "
+                    + _fmt(d_dec, "{:.2f}"),
+                    f"{_fmt(a_first, '{:.2f}')} / {_fmt(d_first, '{:.2f}')} ("
+                    + _bold(_fmt(first_ratio, "{:.2f}"), first_ratio is not None and first_ratio <= 1 / 3)
+                    + ")",
+                    _bold(_fmt(a_pss, "{:.0f}"), a_pss is not None and d_pss is not None and a_pss <= d_pss)
+                    + " / "
+                    + _fmt(d_pss, "{:.0f}"),
+                    f"{_fmt(_value(a, 'cpu_ms_per_sample'), '{:.1f}')} / "
+                    f"{_fmt(_value(d, 'cpu_ms_per_sample'), '{:.1f}')}",
+                ]
+                lines.append("| " + " | ".join(cells) + " |")
+                first = False
+    return lines
+
+
+def plot_dir_of(filename: str) -> Path:
+    """Plots of a page, relative to it: ``plots/<page name without _results>/``."""
+    stem = Path(filename).stem
+    return Path("plots") / (stem[: -len("_results")] if stem.endswith("_results") else stem)
+
+
 def _plots(summary: list[dict], out_dir: Path, preliminary: bool) -> list[Path]:
     import matplotlib
 
@@ -220,22 +291,36 @@ def _plots(summary: list[dict], out_dir: Path, preliminary: bool) -> list[Path]:
     return written
 
 
+def _shown(path: Path, cwd: str | None) -> str:
+    """``path`` relative to the directory the harness ran in, when it lies inside it."""
+    try:
+        return path.resolve().relative_to(Path(cwd or "/").resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def write(
     meta: dict[str, Any],
     records: list[dict],
     summary: list[dict],
     bench_dir: Path,
-    filename: str = "RESULTS.md",
+    filename: str,
 ) -> Path:
     _add_decode_fraction(summary, meta)
     preliminary = any(r["placeholder"] for r in summary if r["loader"] == "A") or meta["args"].get("quick")
-    # RESULTS.md keeps its plots in plots/; any other page gets plots/<page stem>/ so it never
-    # overwrites the main page's figures.
-    plot_dir = Path("plots") if filename == "RESULTS.md" else Path("plots") / Path(filename).stem
-    plots = _plots(summary, bench_dir / plot_dir, preliminary)
+    plot_dir = plot_dir_of(filename)
+    try:
+        plots = _plots(summary, bench_dir / plot_dir, preliminary)
+    except ImportError:  # matplotlib is not a dependency of the package
+        plots = None
     args = meta["args"]
     machine = meta["machine"]
-    lines: list[str] = ["# Benchmark results", ""]
+    present = [x for x in LOADER_ORDER if any(r["loader"] == x for r in summary)]
+    others = [x for x in present if x != "A"]
+    title = "# Speed: loader A (lerobot_nodes)" + (
+        " against " + ", ".join(f"{x}: {meta['drivers'][x]['name']}" for x in others) if others else ""
+    )
+    lines: list[str] = [title, ""]
     if preliminary:
         lines += [
             "> **PRELIMINARY.** "
@@ -247,7 +332,7 @@ def write(
                 else ""
             )
             + (
-                "This was a `--quick` pass (one repetition, few batches): it proves the harness end to end; "
+                "This was a `--suite quick` pass (one repetition, few batches): it proves the harness end to end; "
                 "its numbers are noisy."
                 if args.get("quick")
                 else ""
@@ -255,6 +340,7 @@ def write(
             "",
         ]
     runs = meta.get("runs") or [{"run_id": meta["run_id"], "command": meta["command"], "args": args}]
+    results_dir = meta.get("results_dir", "/work/bench-data/results")
     walls = meta.get("matrix_wall_s_each") or [meta.get("matrix_wall_s")]
     lines += [
         f"{meta['started']} to {meta.get('finished', '?')}; command(s), run from `{meta.get('cwd', '/work/main')}`:",
@@ -355,7 +441,12 @@ def write(
             continue
         lines += [f"### {dataset}", "", *_table(rows), ""]
         plot = bench_dir / plot_dir / f"{dataset}.png"
-        if plot in plots:
+        if plots is None:
+            lines += [
+                "(No plot: matplotlib is not installed; `pip install matplotlib` and `--report-only`.)",
+                "",
+            ]
+        elif plot in plots:
             lines += [f"![{dataset}]({(plot_dir / plot.name).as_posix()})", ""]
     epoch_rows = _sorted([r for r in summary if r["mode"] == "epoch"])
     if epoch_rows:
@@ -379,10 +470,18 @@ def write(
                 f"{_fmt(_value(row, 'peak_pss_mb'), '{:.0f}')} |"
             )
         lines.append("")
-    lines += ["## Targets of issue 7 (loader A)", ""]
-    if preliminary:
-        lines += ["Preliminary: A is not yet the streaming dataset, so these ratios are not the verdict.", ""]
-    lines += [*_targets(summary), ""]
+    if "D" in present:
+        lines += [
+            "## A against D (targets of issue 12 in bold where met)",
+            "",
+            *versus_d(summary, [d["name"] for d in meta["datasets"]]),
+            "",
+        ]
+    if "B" in present or "C" in present:
+        lines += ["## Targets of issue 7 (loader A against B and C)", ""]
+        if preliminary:
+            lines += ["Preliminary: one repetition of few batches, so these ratios are not the verdict.", ""]
+        lines += [*_targets(summary), ""]
     failures = [r for r in records if r["status"] != "ok"]
     if failures:
         lines += ["## Failed runs", ""]
@@ -429,13 +528,13 @@ def write(
         f"- system FFmpeg (torchcodec): {' '.join(machine['ffmpeg'])}",
         "",
         "Raw per-run records: `raw.jsonl` and `meta.json` in "
-        + ", ".join(f"`/work/bench-data/results/{r['run_id']}/`" for r in runs)
-        + " (driver logs in `logs/`). Rebuild this page with `/work/venv/bin/python benchmarks/run.py "
-        + "--report-only "
-        + " ".join(f"/work/bench-data/results/{r['run_id']}" for r in runs)
-        + "`.",
+        + ", ".join(f"`{results_dir}/{r['run_id']}/`" for r in runs)
+        + " (driver logs in `logs/`). Rebuild this page with `python -m benchmarks.run --report-only "
+        + " ".join(f"{results_dir}/{r['run_id']}" for r in runs)
+        + f" --report-out {_shown(bench_dir / filename, meta.get('cwd'))}`.",
         "",
     ]
     out = bench_dir / filename
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     return out

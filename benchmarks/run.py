@@ -1,7 +1,12 @@
 """Benchmark harness: this project's loader (A) side by side with LeRobot's own loaders (B, C, D).
 
-    /work/venv/bin/python benchmarks/run.py            # full matrix (see README for the time it takes)
-    /work/venv/bin/python benchmarks/run.py --quick    # small pass proving the harness end to end
+Run from the repository root (``benchmarks/run.py`` as a script works the same way):
+
+    python -m benchmarks.run --suite quick          # A and D, small dataset, ACT, 0 and 2 workers, 1 run
+    python -m benchmarks.run --suite full           # the matrix of benchmarks/speed_results.md (~1 h)
+    python -m benchmarks.run --suite lerobot-0.6.1  # A against LeRobot 0.6.1 (B, C): speed_lerobot_0.6.1_results.md
+
+A suite is a preset of the options below; any option given explicitly overrides its preset.
 
 Loaders (each run is a separate subprocess, so imports, workers and memory are measured alone):
 
@@ -23,8 +28,10 @@ Per run: steady-state samples/s, time to first batch, peak RSS and PSS summed ov
 its DataLoader workers (``/proc/<pid>/smaps_rollup`` sampled in a thread), bytes read
 (``/proc/<pid>/io`` ``read_bytes`` and ``rchar`` summed over the process tree) against the payload
 bytes of the delivered samples, decoded frames per delivered frame (``decode_counter.c`` preloaded
-into every driver), batch wait p50/p95/p99. Reports: ``benchmarks/RESULTS.md`` and
-``benchmarks/plots/*.png``; raw JSON lines under ``/work/bench-data/results/<run id>/``.
+into every driver), batch wait p50/p95/p99. Report: the suite's page (``--report-out``; ``full``:
+``benchmarks/speed_results.md`` with plots in ``benchmarks/plots/speed/``; ``quick``: inside the
+run directory); raw JSON lines and ``summary.json`` under ``/work/bench-data/results/<run id>/``.
+``benchmarks/RESULTS.md`` is written by hand around these pages and is never overwritten.
 """
 
 from __future__ import annotations
@@ -38,7 +45,6 @@ import json
 import os
 import platform
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -115,7 +121,9 @@ def machine_description() -> dict[str, Any]:
         ),
         "lerobot_env": python_versions(
             LEROBOT_PYTHON, ["torch", "torchvision", "torchcodec", "av", "datasets", "pyarrow", "lerobot"]
-        ),
+        )
+        if LEROBOT_PYTHON.exists()
+        else "(not set up)",
         "lerobot_episode_env": python_versions(
             EPISODE_PYTHON, ["torch", "torchvision", "torchcodec", "av", "datasets", "pyarrow", "lerobot"]
         )
@@ -654,34 +662,91 @@ def merge_runs(run_dirs: list[Path]) -> tuple[dict[str, Any], list[dict]]:
     return meta, records
 
 
-def main(argv: list[str] | None = None) -> int:
+# Preset argument sets (``--suite``); an option given on the command line overrides its preset.
+# ``full`` is the matrix that produced benchmarks/speed_results.md (run 20261201-135743, issue 12's
+# final pass); ``lerobot-0.6.1`` the matrix of benchmarks/speed_lerobot_0.6.1_results.md (issue 7,
+# A against LeRobot 0.6.1's map-style and streaming loaders); ``quick`` proves the harness end to
+# end in a few minutes and writes its page inside the run directory, leaving benchmarks/ alone.
+SUITES: dict[str, dict[str, Any]] = {
+    "quick": {
+        "loaders": ["A", "D"],
+        "datasets": ["small"],
+        "windows": ["act"],
+        "workers": [0, 2],
+        "runs": 1,
+        "batches_small": 8,
+        "batches_large": 8,
+        "epoch_check": False,
+        "report_out": None,
+    },
+    "full": {
+        "loaders": ["A", "D"],
+        "datasets": ["small", "large", "long-gop"],
+        "windows": list(WINDOWS),
+        "workers": [0, 2],
+        "runs": 3,
+        "batches_small": 20,
+        "batches_large": 20,
+        "epoch_check": False,
+        "report_out": HERE / "speed_results.md",
+    },
+    "lerobot-0.6.1": {
+        "loaders": ["A", "B", "C"],
+        "datasets": ["small", "large"],
+        "windows": list(WINDOWS),
+        "workers": [0, 2],
+        "runs": 3,
+        "batches_small": 12,
+        "batches_large": 8,
+        "epoch_check": True,
+        "report_out": HERE / "speed_lerobot_0.6.1_results.md",
+    },
+}
+
+
+def suites_text() -> str:
+    lines = ["suites (the options each presets):"]
+    for name, preset in SUITES.items():
+        options = []
+        for key, value in preset.items():
+            flag = "--" + key.replace("_", "-")
+            if key == "epoch_check":
+                options.append(flag if value else "--no-epoch-check")
+            elif key == "report_out":
+                shown = Path(value).relative_to(HERE.parent) if value else "<run dir>/report.md"
+                options.append(f"{flag} {shown}")
+            else:
+                options.append(f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}")
+        lines.append(f"  {name}: " + " ".join(options))
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.run",
+        description=__doc__,
+        epilog=suites_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="proof pass: small dataset only, 1 repetition, few batches, no epoch check",
+        "--suite",
+        choices=sorted(SUITES),
+        default="full",
+        help="preset of the options below (default: full); explicit options override it",
     )
+    parser.add_argument("--quick", action="store_true", help="the same as --suite quick")
     parser.add_argument(
         "--datasets",
         nargs="+",
-        default=["small", "large"],
         choices=DATASET_CHOICES,
         help="small, large (generated AV1), long-gop (generated H.264 g=30 with B-frames, 3 cameras)",
     )
-    parser.add_argument("--windows", nargs="+", default=list(WINDOWS), choices=WINDOWS)
-    parser.add_argument("--workers", nargs="+", type=int, default=[0, 2])
-    parser.add_argument(
-        "--loaders", nargs="+", default=["A", "B", "C"], choices=sorted(LOADERS), help="A B C (default), D"
-    )
-    parser.add_argument(
-        "--runs", type=int, help="repetitions per configuration, median reported (3; quick: 1)"
-    )
-    parser.add_argument(
-        "--batches-small", type=int, help="batches per run on the small dataset (12; quick: 6)"
-    )
-    parser.add_argument("--batches-large", type=int, help="batches per run on the generated dataset (8)")
+    parser.add_argument("--windows", nargs="+", choices=WINDOWS)
+    parser.add_argument("--workers", nargs="+", type=int, help="DataLoader num_workers values")
+    parser.add_argument("--loaders", nargs="+", choices=sorted(LOADERS), help="any of A B C D")
+    parser.add_argument("--runs", type=int, help="repetitions per configuration, median reported")
+    parser.add_argument("--batches-small", type=int, help="batches per run on the small dataset")
+    parser.add_argument("--batches-large", type=int, help="batches per run on the generated datasets")
     parser.add_argument("--warmup-batches", type=int, default=2)
     parser.add_argument(
         "--decode-check-batches",
@@ -698,8 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--epoch-check",
         action=argparse.BooleanOptionalAction,
-        help="also run one full epoch of the small dataset (no window, 2 workers) per loader "
-        "(default: on; quick: off)",
+        help="also run one full epoch of the small dataset (no window, 2 workers) per loader",
     )
     parser.add_argument("--sample-interval", type=float, default=0.1, help="memory sampling period (s)")
     parser.add_argument("--run-timeout", type=float, default=900)
@@ -709,45 +773,69 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report-out",
         type=Path,
-        help="write the report to this Markdown file (plots beside it under plots/) instead of "
-        "benchmarks/RESULTS.md and benchmarks/plots/",
+        help="write the report to this Markdown file, plots beside it under plots/<name without "
+        "_results>/ (default: the suite's page; quick: report.md in the run directory)",
     )
     parser.add_argument(
         "--report-only",
         type=Path,
         nargs="+",
         metavar="RUN_DIR",
-        help="rebuild RESULTS.md and plots from finished runs (several: their records are merged)",
+        help="rebuild the report and plots from finished runs (several: their records are merged)",
     )
     args = parser.parse_args(argv)
-    quick_defaults = {"runs": 1, "batches_small": 6, "batches_large": 4, "epoch_check": False}
-    full_defaults = {"runs": 3, "batches_small": 12, "batches_large": 8, "epoch_check": True}
-    for name, value in (quick_defaults if args.quick else full_defaults).items():
+    if args.quick:
+        args.suite = "quick"
+    args.quick = args.suite == "quick"
+    report_out_given = args.report_out is not None
+    for name, value in SUITES[args.suite].items():
         if getattr(args, name) is None:
-            setattr(args, name, value)
-    if args.quick and "--datasets" not in (argv if argv is not None else sys.argv[1:]):
-        args.datasets = ["small"]
-    command = " ".join(
-        shlex.quote(a) for a in [str(PROJECT_PYTHON), "benchmarks/run.py", *(argv or sys.argv[1:])]
+            setattr(args, name, list(value) if isinstance(value, list) else value)
+    if args.report_out is not None:
+        args.report_out = args.report_out.resolve()
+        if args.report_out == HERE / "RESULTS.md":
+            parser.error("benchmarks/RESULTS.md is written by hand; the harness writes its suite's page")
+    if args.report_only and not report_out_given:
+        args.report_out = None  # main() picks the page of the suite the runs were made with
+    return args
+
+
+def invocation(argv: list[str] | None) -> str:
+    """The command line as run, the interpreter first (``-m benchmarks.run`` or the script's path)."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    entry = (
+        ["-m", "benchmarks.run"]
+        if main_spec is not None and main_spec.name == "benchmarks.run"
+        else ["benchmarks/run.py"]
     )
+    return " ".join(shlex.quote(a) for a in [str(PROJECT_PYTHON), *entry, *(argv or sys.argv[1:])])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = invocation(argv)
 
     import report  # local module; imported late so --help stays cheap
 
-    report_path = args.report_out.resolve() if args.report_out else HERE / "RESULTS.md"
     if args.report_only:
         meta, records = merge_runs(args.report_only)
+        # The page of the suite the runs were made with (runs from before --suite: their own run directory).
+        suite_page = SUITES.get(meta["args"].get("suite", ""), {}).get("report_out")
+        report_path = args.report_out or suite_page or args.report_only[-1] / "report.md"
         report.write(meta, records, summarize(records), report_path.parent, report_path.name)
+        log(f"wrote {report_path}")
         return 0
 
     for python in sorted({LOADERS[loader][2] for loader in args.loaders} | {PROJECT_PYTHON}):
         if not python.exists():
             raise SystemExit(
-                f"{python} is missing; see benchmarks/README.md (setup_lerobot_env.sh; loader D: "
-                "'Setting up loader D')"
+                f"{python} is missing; see benchmarks/README.md, 'Setup' (or leave the loaders "
+                "that need it out, e.g. --loaders A)"
             )
     run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
     run_dir = RESULTS_DIR / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
+    report_path = args.report_out or run_dir / "report.md"
     log(f"run {run_id}: raw results in {run_dir}")
     shim = build_decode_counter()
     datasets: list[bench_data.BenchDataset] = []
@@ -769,6 +857,7 @@ def main(argv: list[str] | None = None) -> int:
         "drivers": {k: {"name": v[0], "script": v[1], "python": str(v[2])} for k, v in LOADERS.items()},
         "started": dt.datetime.now().isoformat(timespec="seconds"),
         "cwd": os.getcwd(),
+        "results_dir": str(RESULTS_DIR),
     }
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     runs = plan(args, facts)
@@ -803,8 +892,6 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(records)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     report.write(meta, records, summary, report_path.parent, report_path.name)
-    if args.report_out is None:
-        shutil.copy(run_dir / "summary.json", HERE / "results-summary.json")
     log(f"done in {meta['matrix_wall_s'] / 60:.1f} min; wrote {report_path}")
     return 0
 

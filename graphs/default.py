@@ -31,7 +31,14 @@ from lerobot_nodes.fetch import VideoIndexProvider
 from lerobot_nodes.format.meta import load_meta, select_episodes
 from lerobot_nodes.metrics import MetricsSink
 from lerobot_nodes.sources import ByteSource, open_source
-from lerobot_nodes.streaming_graph import StreamingGraph, build_streaming_graph
+from lerobot_nodes.streaming_graph import (
+    GraphServices,
+    ReaderSlot,
+    SampleOptions,
+    ScheduleStart,
+    StreamingGraph,
+    build_streaming_graph,
+)
 
 
 def streaming_graph(
@@ -74,18 +81,15 @@ def streaming_graph(
         source,
         meta,
         selected,
-        rank=rank,
-        world_size=world_size,
-        worker_id=worker_id,
-        num_workers=num_workers,
+        reader=ReaderSlot(rank, world_size, worker_id, num_workers),
         config=config,
-        seed=seed,
-        epoch=epoch,
-        delta_timestamps=delta_timestamps,
-        tolerance_s=tolerance_s,
-        image_transforms=image_transforms,
-        transforms_on_consumer=transforms_on_consumer,
-        return_uint8=return_uint8,
-        index_provider=index_provider,
-        metrics=metrics,
+        schedule=ScheduleStart(seed=seed, epoch=epoch),
+        samples=SampleOptions(
+            delta_timestamps=delta_timestamps,
+            tolerance_s=tolerance_s,
+            image_transforms=image_transforms,
+            transforms_on_consumer=transforms_on_consumer,
+            return_uint8=return_uint8,
+        ),
+        services=GraphServices(index_provider=index_provider, metrics=metrics),
     )

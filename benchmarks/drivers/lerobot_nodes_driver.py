@@ -33,7 +33,7 @@ IMPLEMENTATION = "streaming"
 
 def build_streaming(config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     from lerobot_nodes import StreamingConfig, StreamingLeRobotDataset, streaming_dataloader
-    from lerobot_nodes.dataset import start_worker_context
+    from lerobot_nodes.loader import start_worker_context
 
     torch.manual_seed(config["seed"])
     if config["num_workers"] > 0:

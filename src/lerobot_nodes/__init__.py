@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._version import __version__ as __version__
 from .config import StreamingConfig
-from .dataset import StreamingLeRobotDataset, loader_batch_size, streaming_dataloader
+from .dataset import StreamingLeRobotDataset
 from .errors import (
     ByteBudgetError,
     ConfigError,
@@ -28,6 +28,7 @@ from .errors import (
     VideoIndexError,
 )
 from .format.meta import DatasetMeta, load_meta, select_episodes
+from .loader import loader_batch_size, streaming_dataloader
 from .map_style import MapStyleLeRobotDataset
 from .sources import (
     ByteSource,

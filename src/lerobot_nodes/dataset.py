@@ -11,16 +11,12 @@ worker's graph state with each snapshot and restores it exactly.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 import logging
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.util
 import os
-import signal
-import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,42 +28,33 @@ from torchdata.nodes.samplers.utils import get_rank_and_world_size
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT
 from .config import StreamingConfig, resolve_seed
 from .errors import ConfigError
-from .fetch.episode_fetch import EpisodeFetcher, default_index_provider, preferring_opened
 from .format.dataset_properties import LeRobotDatasetProperties
 from .format.depth import DEFAULT_DEPTH_UNIT
 from .format.meta import DatasetMeta, load_meta, select_episodes
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
-from .nodes.pool_sampler import EpisodePoolSampler
-from .nodes.sharder import max_workers_for_rank, rank_worker_split, worker_episodes
+from .nodes.sharder import max_workers_for_rank, worker_episodes
 from .resume.identity import check_identity, dataset_identity
-from .resume.planning import (
-    ResumePlan,
-    SamplerFactory,
-    StepCheckpoint,
-    Topology,
-    WorkerOffset,
-    WorkerStart,
-    assign_remnant,
-    describe_change,
-    exact_start,
-    rank_offsets,
-    remnant_of,
-    replay_checkpoint,
-    resume_point,
-)
+from .resume.orchestrator import PlainEpochs, ResumeOrchestrator
+from .resume.planning import StepCheckpoint, Topology, WorkerStart
+from .resume.schedules import RankSchedule, plain_samplers
 from .sample.assemble import SampleSpec
 from .sidecar import open_video_indexes
 from .sources import ByteSource
 from .sources.http_range import HttpOptions
 from .sources.listed import ListedHttpSource
 from .sources.resolve import open_source
-from .streaming_graph import StreamingGraph, anchor_runs, build_streaming_graph, schedule_sampler
+from .streaming_graph import (
+    BatchOptions,
+    GraphServices,
+    ReaderSlot,
+    SampleOptions,
+    ScheduleStart,
+    StreamingGraph,
+    build_streaming_graph,
+)
 from .video_checks import check_video_metadata
-from .workers.lifeline import GuardedWorkerInit, guard_forkserver, guard_worker
-from .workers.logs import WorkerLogRelay
-from .workers.server import CONTEXT as WORKER_CONTEXT
-from .workers.server import WorkerContext
+from .workers.lifeline import guard_forkserver, guard_worker
 
 logger = logging.getLogger("lerobot_nodes.dataset")
 
@@ -76,11 +63,8 @@ logger = logging.getLogger("lerobot_nodes.dataset")
 guard_forkserver()
 
 STATE_VERSION = 1
-GRAPH_KEY = "graph"
 IDENTITY_KEY = "dataset"
 SEED_KEY = "seed"
-START_KEY = "start"
-CHECKPOINT_KEY = "step_checkpoint"
 TOPOLOGY_KEY = "topology"
 VERSION_KEY = "version"
 PARENT_ENVIRON_KEY = "_parent_environ"
@@ -200,8 +184,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.metrics = StreamingMetrics(self.counters)
         self._graph: StreamingGraph | None = None
         self._graph_key: tuple[int, int, WorkerStart | None, int | None] | None = None
-        # How the next iter() starts after a resume (lerobot_nodes.resume.planning); None: plain epochs.
-        self._plan: ResumePlan | None = None
+        # Where the next iter() starts after a resume (lerobot_nodes.resume.orchestrator).
+        self._resume = ResumeOrchestrator()
 
     def _open_indexes(self) -> dict[str, VideoIndex]:
         """The MP4 indexes of the selected episodes, checked against the metadata.
@@ -220,11 +204,6 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     def _lengths(self) -> list[int]:
         """Frame counts of the selected episodes, aligned with ``self.episodes``."""
         return [int(self.meta.episodes.length[e]) for e in self.episodes]
-
-    def rank_num_frames(self) -> int:
-        """Frames this rank yields per epoch."""
-        owned = worker_episodes(self.episodes, self._lengths(), self.rank, self.world_size, 0, 1, self.seed)
-        return int(sum(int(self.meta.episodes.length[e]) for e in owned))
 
     def clamp_num_workers(self, num_workers: int) -> int:
         """``num_workers`` limited to the episodes this rank owns (a warning when it is cut)."""
@@ -271,26 +250,33 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             self.source,
             self.meta,
             self.episodes,
-            rank=self.rank,
-            world_size=self.world_size,
-            worker_id=worker_id if start is None else start.schedule_worker,
-            num_workers=num_workers,
+            reader=ReaderSlot(
+                self.rank, self.world_size, worker_id if start is None else start.schedule_worker, num_workers
+            ),
             config=self.config,
-            seed=self.seed,
-            epoch=epoch if start is None else start.epoch,
+            schedule=ScheduleStart(
+                seed=self.seed,
+                epoch=epoch if start is None else start.epoch,
+                assigned=None if start is None else start.assigned,
+                carried=None if start is None else start.carried_map(),
+            ),
+            samples=self._sample_options(transforms_on_consumer=num_workers == 0),
+            batches=None
+            if self.batch_size is None
+            else BatchOptions(self.batch_size, shared_memory=num_workers > 0, batches_in_flight=self.batches_in_flight),
+            services=GraphServices(
+                opened_indexes=self._indexes, metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS)
+            ),
+        )
+
+    def _sample_options(self, transforms_on_consumer: bool = False) -> SampleOptions:
+        return SampleOptions(
             delta_timestamps=self.delta_timestamps,
             tolerance_s=self.tolerance_s,
             image_transforms=self.image_transforms,
-            transforms_on_consumer=num_workers == 0,
+            transforms_on_consumer=transforms_on_consumer,
             return_uint8=self.return_uint8,
             depth_output_unit=self.depth_output_unit,
-            opened_indexes=self._indexes,
-            metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS),
-            assigned=None if start is None else start.assigned,
-            carried=None if start is None else start.carried_map(),
-            batch_size=self.batch_size,
-            shared_memory_batches=num_workers > 0,
-            batches_in_flight=self.batches_in_flight,
         )
 
     def _ensure_graph(self, epoch: int = 0, start: WorkerStart | None = None) -> StreamingGraph:
@@ -310,29 +296,24 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         return self._graph
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        plan = self._plan
-        if plan is None:
+        worker_id, num_workers = self._physical_topology()
+        begin = self._resume.begin(self._rank_schedule, worker_id, num_workers)
+        if begin is None:
             # A new iterator after a finished one is the next epoch (the sharder counts epochs).
             graph = self._ensure_graph()
             graph.root.reset(None)
-            return self._samples(graph)
-        if plan.running:
+        elif isinstance(begin, PlainEpochs):
             # The resume's epoch is over: plain epochs of this reader's own schedule from here.
-            assert plan.start is not None
-            self._plan = None
             self.close()
-            graph = self._ensure_graph(epoch=plan.start.next_epoch)
+            graph = self._ensure_graph(epoch=begin.epoch)
             graph.root.reset(None)
-            return self._samples(graph)
-        if plan.start is None and plan.checkpoint is not None:
-            plan = self._plan = self._started(plan)
-        graph = self._ensure_graph(start=plan.start)
-        state = plan.graph_state
-        if state is None and plan.start is not None and not plan.start.elastic:
-            # Exact continuation: the schedule fast-forwarded on the logical level, nothing fetched.
-            state = graph.state_after(plan.start.samples, plan.start.epoch)
-        graph.root.reset(state)
-        self._plan = ResumePlan(start=plan.start, running=True) if plan.start is not None else None
+        else:
+            start, state = begin.start, begin.graph_state
+            graph = self._ensure_graph(start=start)
+            if state is None and start is not None and not start.elastic:
+                # Exact continuation: the schedule fast-forwarded on the logical level, nothing fetched.
+                state = graph.state_after(start.samples, start.epoch)
+            graph.root.reset(state)
         return self._samples(graph)
 
     def _samples(self, graph: StreamingGraph) -> Iterator[dict[str, Any]]:
@@ -362,22 +343,13 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         worker's schedule, or which remnant episodes, this reader continues); before the first
         ``iter()`` of a step resume, the step checkpoint itself.
         """
-        plan = self._plan
-        if plan is not None and plan.graph_state is not None:
-            graph_state = plan.graph_state
-        elif self._graph is not None and (plan is None or plan.running):
-            graph_state = self._graph.root.state_dict()
-        else:
-            graph_state = None
-        checkpoint = plan.checkpoint if plan is not None and plan.start is None else None
+        graph = self._graph
         return {
             VERSION_KEY: STATE_VERSION,
             SEED_KEY: self.seed,
             TOPOLOGY_KEY: self._topology_state(),
             IDENTITY_KEY: self.identity,
-            GRAPH_KEY: graph_state,
-            START_KEY: None if plan is None or plan.start is None else plan.start.to_state(),
-            CHECKPOINT_KEY: None if checkpoint is None else _checkpoint_state(checkpoint),
+            **self._resume.saved(lambda: None if graph is None else graph.root.state_dict()),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -413,12 +385,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             logger.info("restoring the streaming seed %s from the checkpoint (was %s)", state[SEED_KEY], self.seed)
             self.seed = int(state[SEED_KEY])
         self.close()
-        start = _saved_start(state, saved)
-        checkpoint = state.get(CHECKPOINT_KEY)
-        if checkpoint is not None and state[GRAPH_KEY] is None and start is None:
-            self._plan = ResumePlan(checkpoint=_checkpoint_from_state(checkpoint))
-            return
-        self._plan = ResumePlan(start=start, graph_state=state[GRAPH_KEY]) if start or state[GRAPH_KEY] else None
+        self._resume.restore(state, saved)
 
     # -- LeRobot-style resume from a step ---------------------------------------------------
     def resume_from_step(
@@ -455,7 +422,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             self.seed = resolve_seed(seed)
         checkpoint = StepCheckpoint(int(step), int(batch_size), Topology(old_world, int(num_workers)))
         self.close()
-        self._plan = ResumePlan(checkpoint=checkpoint)
+        self._resume.from_step(checkpoint)
 
     def plan_resume(self, num_workers: int, batch_size: int | None = None) -> None:
         """Plan a pending step resume for a DataLoader of ``num_workers`` workers (as requested, before
@@ -465,97 +432,14 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         (before the workers start) and the change is logged in the training process; without
         it every reader plans on its first ``iter()``. A no-op without a pending step resume.
         """
-        plan = self._plan
-        if plan is None or plan.planned:
-            return
-        self._plan = self._planned(plan, Topology(self.world_size, int(num_workers)), batch_size)
+        self._resume.plan(self._rank_schedule, Topology(self.world_size, int(num_workers)), batch_size)
 
-    def _planned(self, plan: ResumePlan, new: Topology, batch_size: int | None = None) -> ResumePlan:
-        """Exact or elastic, decided on the requested topologies (the same on every rank); the replay
-        uses the workers each old rank really ran."""
-        checkpoint = plan.checkpoint
-        assert checkpoint is not None
-        old = checkpoint.topology
-        make_sampler = self._sampler_factory(old.world_size)
-        if new.splits_like(old):
-            if new != old or batch_size not in (None, checkpoint.batch_size):
-                logger.info(describe_change(checkpoint, new, None, batch_size))
-            offsets = rank_offsets(checkpoint, self.rank, make_sampler, self._workers_of_rank(old))
-            return ResumePlan(checkpoint=checkpoint, offsets=offsets)
-        positions = replay_checkpoint(checkpoint, make_sampler, self._workers_of_rank(old))
-        lengths = dict(zip(self.episodes, self._lengths(), strict=True))
-        remnant = remnant_of(positions, lengths)
-        logger.info(describe_change(checkpoint, new, remnant, batch_size))
-        return ResumePlan(checkpoint=checkpoint, remnant=remnant)
-
-    def _started(self, plan: ResumePlan) -> ResumePlan:
-        """``plan`` with this reader's :class:`WorkerStart` (planned here if the training process did not)."""
-        worker_id, num_workers = self._physical_topology()
-        new = Topology(self.world_size, num_workers)
-        if not plan.planned:
-            plan = self._planned(plan, new)
-        if plan.offsets is not None:
-            schedule_worker, offset = exact_start(plan.offsets, worker_id, num_workers)
-            start = WorkerStart(epoch=offset.epoch, schedule_worker=schedule_worker, samples=offset.samples)
-        else:
-            assert plan.remnant is not None
-            start = assign_remnant(plan.remnant, new, self.rank, worker_id, self.seed)
-        return ResumePlan(start=start)
-
-    def _workers_of_rank(self, old: Topology) -> Callable[[int], int]:
-        """Workers each old rank really had: ``streaming_dataloader`` clamps them to the episodes it owns."""
-        lengths = self._lengths()
-
-        def workers(rank: int) -> int:
-            owned = max_workers_for_rank(self.episodes, lengths, rank, old.world_size, self.seed)
-            return min(old.num_workers, owned)
-
-        return workers
-
-    def _sampler_factory(self, world_size: int) -> SamplerFactory:
-        """Plain schedules of ``world_size`` ranks as the graph builds them, with the real byte costs (from
-        the MP4 indexes: metadata, no payload)."""
-        cost = None
-        run_starts, runs = None, "pairs"
-        if self.meta.video_keys:
-            provider = default_index_provider(self.source, self.meta, self.config.streaming_sidecar_lock_timeout_s)
-            if self._indexes:
-                provider = preferring_opened(provider, self._indexes)
-            fetcher = EpisodeFetcher(
-                self.source,
-                self.meta,
-                episodes=self.episodes,
-                index_provider=provider,
-                lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s,
-            )
-            cost = fetcher.cost
-            spec = SampleSpec.from_meta(self.meta, self.delta_timestamps, self.tolerance_s)
-            run_starts, runs = anchor_runs(self.config, self.meta, spec, fetcher.gop_starts)
-
-        lengths = self._lengths()
-
-        @functools.cache
-        def split(rank: int, num_workers: int) -> list[list[int]]:
-            return rank_worker_split(self.episodes, lengths, rank, world_size, num_workers, self.seed)
-
-        def make(rank: int, worker_id: int, num_workers: int) -> EpisodePoolSampler:
-            return schedule_sampler(
-                self.meta,
-                self.episodes,
-                rank=rank,
-                world_size=world_size,
-                worker_id=worker_id,
-                num_workers=num_workers,
-                config=self.config,
-                seed=self.seed,
-                epoch=0,
-                episode_cost=cost,
-                assigned=split(rank, num_workers)[worker_id],  # the worker's own split, computed once per rank
-                run_starts=run_starts,
-                runs=runs,
-            )
-
-        return make
+    def _rank_schedule(self) -> RankSchedule:
+        """This rank's plain schedules, what a step resume is planned against."""
+        samplers = plain_samplers(
+            self.source, self.meta, self.episodes, self.config, self._sample_options(), self.seed, self._indexes
+        )
+        return RankSchedule(self.episodes, self._lengths(), self.rank, self.world_size, self.seed, samplers)
 
     def worker_samples(self, num_workers: int) -> list[int]:
         """Samples each worker of this rank yields per epoch."""
@@ -567,193 +451,3 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             )
             for w in range(max(1, num_workers))
         ]
-
-    def worker_offset(self, step: int, batch_size: int, num_workers: int, worker_id: int) -> WorkerOffset:
-        return resume_point(step, batch_size, self.worker_samples(num_workers))[0][worker_id]
-
-
-def _checkpoint_state(checkpoint: StepCheckpoint) -> dict[str, int]:
-    return {
-        "step": checkpoint.step,
-        "batch_size": checkpoint.batch_size,
-        "world_size": checkpoint.topology.world_size,
-        "num_workers": checkpoint.topology.num_workers,
-    }
-
-
-def _checkpoint_from_state(state: Mapping[str, Any]) -> StepCheckpoint:
-    return StepCheckpoint(
-        int(state["step"]), int(state["batch_size"]), Topology(int(state["world_size"]), int(state["num_workers"]))
-    )
-
-
-def _saved_start(state: Mapping[str, Any], topology: Mapping[str, Any]) -> WorkerStart | None:
-    """The saved epoch start; states of the previous version recorded a worker shift instead."""
-    if state.get(START_KEY) is not None:
-        return WorkerStart.from_state(state[START_KEY])
-    shift = int(topology.get("worker_shift", 0))
-    if not shift:
-        return None
-    return WorkerStart(
-        epoch=int(topology["shifted_epoch"]),
-        schedule_worker=(int(topology["worker_id"]) + shift) % int(topology["num_workers"]),
-    )
-
-
-def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_workers: int, **kwargs: Any) -> Any:
-    """A ``StatefulDataLoader`` for ``dataset`` as LeRobot training builds it.
-
-    Batches are assembled where the samples are decoded: ``dataset.batch_size`` is set to
-    ``batch_size`` and the DataLoader itself gets ``batch_size=None``, so each worker (or, with
-    ``num_workers=0``, the graph) collates whole batches into one storage (shared memory in a
-    worker) and the training process only receives them. The batches are the ones a DataLoader
-    with ``batch_size`` would build; :func:`loader_batch_size` reads the batch size back. A
-    ``collate_fn`` other than ``default_collate``, or ``drop_last=True``, keeps the batching in
-    the DataLoader (per-sample hand-off, as before).
-
-    ``num_workers`` is clamped to what the rank can feed (with a warning); workers persist
-    across epochs so the streaming order moves on to the next epoch. Workers (and the
-    forkserver) end within about a second of the training process, however it ends: the
-    ``worker_init_fn`` is wrapped in :class:`~lerobot_nodes.workers.lifeline.GuardedWorkerInit`,
-    which still calls a ``worker_init_fn`` given here. What workers log under
-    ``lerobot_nodes`` is logged again in this process (``lerobot_nodes.workers.logs``).
-    """
-    from torch.utils.data import default_collate
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    dataset.plan_resume(num_workers, batch_size)  # before clamping: every rank decides on the same topology
-    num_workers = dataset.clamp_num_workers(num_workers)
-    in_reader = kwargs.get("collate_fn") in (None, default_collate) and not kwargs.get("drop_last", False)
-    dataset.batch_size = int(batch_size) if in_reader else None
-    options: dict[str, Any] = {"num_workers": num_workers, "shuffle": False}
-    if in_reader:
-        kwargs.pop("collate_fn", None)
-        kwargs.pop("drop_last", None)
-        options["batch_size"] = None
-    else:
-        options.update(batch_size=batch_size, drop_last=False)
-    relay: WorkerLogRelay | None = None
-    if num_workers > 0:
-        context = kwargs.pop("multiprocessing_context", None) or worker_context()
-        if isinstance(context, str):
-            context = multiprocessing.get_context(context)
-        if isinstance(context, WorkerContext):
-            context.start_server()  # before the log relay's thread, which would rule out a fork
-        relay = WorkerLogRelay(context)
-        prefetch_factor = kwargs.pop("prefetch_factor", 4)
-        dataset.batches_in_flight = (prefetch_factor or 2) + 2
-        options.update(
-            persistent_workers=True,
-            prefetch_factor=prefetch_factor,
-            multiprocessing_context=context,
-            worker_init_fn=GuardedWorkerInit(relay.worker_init_fn(kwargs.pop("worker_init_fn", None))),
-        )
-    options.update(kwargs)
-    loader = StatefulDataLoader(dataset, **options)
-    if relay is not None:
-        relay.close_with(loader)
-        _LOG_RELAYS[loader] = relay
-    return loader
-
-
-def loader_batch_size(loader: Any) -> int:
-    """Samples per batch of ``loader``: the DataLoader's ``batch_size``, or its streaming dataset's
-    when the dataset assembles the batches (``streaming_dataloader``)."""
-    if loader.batch_size is not None:
-        return int(loader.batch_size)
-    size = getattr(loader.dataset, "batch_size", None)
-    if size is None:
-        raise ConfigError("this DataLoader yields single samples (batch_size=None and a dataset that does not batch)")
-    return int(size)
-
-
-_LOG_RELAYS: weakref.WeakKeyDictionary[Any, WorkerLogRelay] = weakref.WeakKeyDictionary()
-"""The worker-log relay of each loader ``streaming_dataloader`` built, closed by ``shutdown_dataloader``."""
-
-
-def shutdown_dataloader(loader: Any, *, within_s: float | None = None) -> None:
-    """Stop ``loader``'s worker processes now and wait for them.
-
-    Persistent workers otherwise live until the loader is garbage collected. This is the
-    shutdown torch runs when an iterator is collected (``_shutdown_workers``: tell each
-    worker to stop, join it for up to 5 s, terminate it if it has not stopped); idempotent,
-    and a no-op without workers. ``within_s``: a worker still running that long after the
-    shutdown began is terminated at once (with a warning naming it), instead of after torch's
-    5 s per worker: what a stop signal wants (``lerobot-nodes stream`` on SIGTERM/SIGINT).
-    """
-    iterator = getattr(loader, "_iterator", None)
-    shutdown = getattr(iterator, "_shutdown_workers", None)
-    if shutdown is not None:
-        deadline = None
-        if within_s is not None and getattr(iterator, "_workers", None):
-            deadline = threading.Timer(within_s, _terminate_stragglers, args=(iterator, within_s))
-            deadline.daemon = True
-            deadline.start()
-        try:
-            shutdown()
-        finally:
-            if deadline is not None:
-                deadline.cancel()
-                deadline.join()
-    if iterator is not None:
-        loader._iterator = None
-    relay = _LOG_RELAYS.pop(loader, None)
-    if relay is not None:
-        relay.close()  # after the workers: their last records are relayed first
-
-
-def _terminate_stragglers(iterator: Any, within_s: float) -> None:
-    # By pid: Process.is_alive() would read the worker's sentinel, which the main thread's join
-    # is reading at the same time (a forkserver worker's exit status is read once).
-    stragglers = []
-    for worker in iterator._workers:
-        try:
-            os.kill(worker.pid, 0)
-        except (ProcessLookupError, TypeError):
-            continue  # gone already (or never started)
-        stragglers.append(worker.pid)
-    if not stragglers:
-        return
-    # As torch's own shutdown does before it terminates a worker (the main thread is still joining
-    # one): forget the workers' pids, so that torch's SIGCHLD handler does not report a failure.
-    if getattr(iterator, "_worker_pids_set", False):
-        from torch.utils.data._utils import signal_handling
-
-        iterator._worker_pids_set = False
-        with contextlib.suppress(RuntimeError):  # the main thread got there first
-            signal_handling._remove_worker_pids(id(iterator))
-    for pid in stragglers:
-        logger.warning("DataLoader worker (pid %s) still running %.1f s after the shutdown began: terminated", pid, within_s)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-
-
-def start_worker_context() -> multiprocessing.context.BaseContext:
-    """Start the process DataLoader workers are forked from now, rather than at the first ``iter()``.
-
-    Called before the dataset and the policy are built, while this process runs no other
-    thread, it forks this process into the workers' server (``lerobot_nodes.workers.server``):
-    workers then arrive with torch, PyAV and this package imported, instead of waiting for a
-    new interpreter to import them (about 2 s here). ``lerobot-nodes train`` and ``stream``
-    and the ``lerobot-train`` drop-in call it when ``--num_workers`` > 0. Idempotent; returns
-    :func:`worker_context`. With ``spawn`` (no forkserver) it does nothing.
-    """
-    context = worker_context()
-    if isinstance(context, WorkerContext):
-        context.start_server()
-    return context
-
-
-def worker_context() -> multiprocessing.context.BaseContext:
-    """How DataLoader workers start: from a server process, never forked from a busy training process.
-
-    A worker forked from the training process once it has decoded video inherits FFmpeg
-    decoders whose threads stayed in the parent, and freeing them crashes the worker (LeRobot
-    trains with ``spawn`` for this reason). Workers are forked from a server instead: a copy
-    of this process made while it is still plain (:func:`start_worker_context`), or else a new
-    interpreter importing this package, which also makes the server end with the process that
-    started it (``lerobot_nodes.workers.lifeline``). ``spawn`` where there is no forkserver.
-    """
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        return WORKER_CONTEXT
-    return multiprocessing.get_context("spawn")

@@ -5,9 +5,10 @@
     RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer
         [-> SampleBatcher -> HeapTrimmer]
 
-:func:`build_streaming_graph` takes plain values only (source, metadata, selected episodes,
-topology, config, seed, epoch), so an ``IterableDataset`` can call it inside each worker with
-the rank and world size captured in the main process. ``graph.root`` is a ``BaseNode`` of
+:func:`build_streaming_graph` takes plain values only: source, metadata and selected episodes,
+then a few grouped options (which reader, where its schedule starts, what a sample holds, how
+batches are made, what the graph takes from outside), so an ``IterableDataset`` can call it
+inside each worker with the rank and world size captured in the main process. ``graph.root`` is a ``BaseNode`` of
 samples (or, with ``batch_size``, of collated batches), ready for ``torchdata.nodes.Loader`` or
 further nodes.
 """
@@ -150,53 +151,134 @@ def anchor_runs(
     return run_starts, f"gop-skew-{GOP_SKEW_FRAMES}-lookback-{lookback}"
 
 
+@dataclass(frozen=True)
+class ReaderSlot:
+    """Which reader a graph is: worker ``worker_id`` of ``num_workers`` (0 = the training process) of ``rank``."""
+
+    rank: int = 0
+    world_size: int = 1
+    worker_id: int = 0
+    num_workers: int = 0
+
+
+@dataclass(frozen=True)
+class ScheduleStart:
+    """Where the reader's schedule starts: ``seed`` (None: the streaming seed 42) and first ``epoch``
+    (each ``reset(None)`` after an iteration moves to the next). ``assigned``/``carried``: the reader reads
+    an elastic resume's remnant for this one epoch (see :class:`RankWorkerSharder` and
+    :class:`EpisodePoolSampler`)."""
+
+    seed: int | None = None
+    epoch: int = 0
+    assigned: Sequence[int] | None = None
+    carried: Mapping[int, tuple[int, int]] | None = None
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    """What a sample holds, as ``StreamingLeRobotDataset`` takes it. With ``transforms_on_consumer`` the
+    image transforms run on the thread that iterates the root (for ``num_workers=0``), else on the
+    decode threads."""
+
+    delta_timestamps: Mapping[str, Sequence[float]] | None = None
+    tolerance_s: float = 1e-4
+    image_transforms: Callable[[Any], Any] | None = None
+    transforms_on_consumer: bool = False
+    return_uint8: bool = False
+    depth_output_unit: str = DEFAULT_DEPTH_UNIT
+
+    def spec(self, meta: DatasetMeta) -> SampleSpec:
+        transforms = None if self.transforms_on_consumer else self.image_transforms
+        return SampleSpec.from_meta(
+            meta, self.delta_timestamps, self.tolerance_s, transforms, depth_output_unit=self.depth_output_unit
+        )
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """``root`` yields batches of ``batch_size`` collated by a :class:`SampleBatcher`: in shared memory
+    with ``shared_memory`` (DataLoader workers), whose camera segments are recycled (up to
+    ``batches_in_flight`` + 1 kept; in this process up to ``IN_PROCESS_KEEP``, see
+    :class:`~lerobot_nodes.batch_memory.recycled_storage.RecycledStorages`); a :class:`HeapTrimmer`
+    hands free heap memory back every ``trim_heap_every`` batches (None: never)."""
+
+    batch_size: int
+    shared_memory: bool = False
+    batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT
+    trim_heap_every: int | None = HEAP_TRIM_EVERY_BATCHES
+
+
+@dataclass(frozen=True)
+class GraphServices:
+    """What the graph takes from outside instead of making it: MP4 indexes (``index_provider``, default
+    the sidecar or per-file indexes, serving ``opened_indexes``, opened by this process already, as
+    they are), clip decoders (``decoder_factory``) and where nodes count (``metrics``)."""
+
+    index_provider: VideoIndexProvider | None = None
+    opened_indexes: Mapping[str, VideoIndex] | None = None
+    decoder_factory: ClipDecoderFactory | None = None
+    metrics: MetricsSink | None = None
+
+
+def schedule_sharder(
+    meta: DatasetMeta, episodes: Sequence[int], reader: ReaderSlot, schedule: ScheduleStart
+) -> RankWorkerSharder:
+    """The reader's share of ``episodes``, in epoch order (the first node of the graph)."""
+    return RankWorkerSharder(
+        episodes,
+        [int(meta.episodes.length[e]) for e in episodes],
+        rank=reader.rank,
+        world_size=reader.world_size,
+        worker_id=reader.worker_id,
+        num_workers=reader.num_workers,
+        seed=resolve_seed(schedule.seed),
+        initial_epoch=schedule.epoch,
+        assigned=schedule.assigned,
+    )
+
+
 def schedule_sampler(
-    meta: DatasetMeta,
-    episodes: Sequence[int],
-    *,
-    rank: int,
-    world_size: int,
-    worker_id: int,
-    num_workers: int,
+    sharder: RankWorkerSharder,
+    reader: ReaderSlot,
     config: StreamingConfig,
-    seed: int,
-    epoch: int,
-    episode_cost: Callable[[int], int] | None,
-    assigned: Sequence[int] | None = None,
-    carried: Mapping[int, tuple[int, int]] | None = None,
-    run_starts: Callable[[int], Any] | None = None,
-    runs: str = "pairs",
+    schedule: ScheduleStart,
+    runs: SampleRuns,
 ) -> EpisodePoolSampler:
-    """The logical schedule of one worker, exactly as :func:`build_streaming_graph` builds it.
+    """The logical schedule of one reader, exactly as :func:`build_streaming_graph` builds it.
 
     Sharder and pool sampler only: no fetch, no decode. Resume planning replays schedules of
-    other topologies with it (``lerobot_nodes.resume.planning``). ``assigned``/``carried`` describe an
-    elastic resume's remnant (see :class:`RankWorkerSharder` and :class:`EpisodePoolSampler`);
-    ``run_starts``/``runs`` the anchor runs (:func:`anchor_runs`).
+    other topologies with it (``lerobot_nodes.resume.planning``).
     """
-    lengths = [int(meta.episodes.length[e]) for e in episodes]
-    sharder = RankWorkerSharder(
-        episodes,
-        lengths,
-        rank=rank,
-        world_size=world_size,
-        worker_id=worker_id,
-        num_workers=num_workers,
-        seed=seed,
-        initial_epoch=epoch,
-        assigned=assigned,
-    )
     return EpisodePoolSampler(
         sharder,
-        pool_size=config.worker_pool_size(worker_id, num_workers),
+        pool_size=config.worker_pool_size(reader.worker_id, reader.num_workers),
         strategy=config.streaming_sampling_strategy,
-        seed=seed,
-        episode_cost=episode_cost,
-        budget=ByteBudget(worker_bytes=config.worker_byte_budget(num_workers), rank_bytes=config.rank_byte_budget),
-        carried=carried,
-        run_starts=run_starts,
-        runs=runs,
+        seed=resolve_seed(schedule.seed),
+        episode_cost=runs.episode_cost,
+        budget=ByteBudget(
+            worker_bytes=config.worker_byte_budget(reader.num_workers), rank_bytes=config.rank_byte_budget
+        ),
+        carried=schedule.carried,
+        run_starts=runs.run_starts,
+        runs=runs.rule,
     )
+
+
+@dataclass(frozen=True)
+class SampleRuns:
+    """What the pool sampler knows of the episodes' bytes: ``episode_cost`` (exact clip bytes, from the
+    MP4 indexes; None without video) and the anchor runs (:func:`anchor_runs`)."""
+
+    episode_cost: Callable[[int], int] | None = None
+    run_starts: Callable[[int], Any] | None = None
+    rule: str = "pairs"
+
+    @classmethod
+    def of(cls, config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, fetcher: EpisodeFetcher) -> SampleRuns:
+        if not meta.video_keys:
+            return cls()
+        run_starts, rule = anchor_runs(config, meta, spec, fetcher.gop_starts)
+        return cls(fetcher.cost, run_starts, rule)
 
 
 def build_streaming_graph(
@@ -204,95 +286,35 @@ def build_streaming_graph(
     meta: DatasetMeta,
     episodes: Sequence[int],
     *,
-    rank: int = 0,
-    world_size: int = 1,
-    worker_id: int = 0,
-    num_workers: int = 0,
+    reader: ReaderSlot = ReaderSlot(),
     config: StreamingConfig | None = None,
-    seed: int | None = None,
-    epoch: int = 0,
-    delta_timestamps: Mapping[str, Sequence[float]] | None = None,
-    tolerance_s: float = 1e-4,
-    image_transforms: Callable[[Any], Any] | None = None,
-    transforms_on_consumer: bool = False,
-    return_uint8: bool = False,
-    depth_output_unit: str = DEFAULT_DEPTH_UNIT,
-    index_provider: VideoIndexProvider | None = None,
-    opened_indexes: Mapping[str, VideoIndex] | None = None,
-    decoder_factory: ClipDecoderFactory | None = None,
-    metrics: MetricsSink | None = None,
-    assigned: Sequence[int] | None = None,
-    carried: Mapping[int, tuple[int, int]] | None = None,
-    batch_size: int | None = None,
-    shared_memory_batches: bool = False,
-    batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT,
-    trim_heap_every: int | None = HEAP_TRIM_EVERY_BATCHES,
+    schedule: ScheduleStart = ScheduleStart(),
+    samples: SampleOptions = SampleOptions(),
+    batches: BatchOptions | None = None,
+    services: GraphServices = GraphServices(),
 ) -> StreamingGraph:
-    """The graph of worker ``worker_id`` (of ``num_workers``; 0 = the training process) of ``rank``.
+    """The graph of one reader (:class:`ReaderSlot`) over the selected ``episodes``.
 
-    ``episodes`` are the selected episode indices. Per-rank limits of ``config`` are split over
-    ``num_workers``. ``seed=None`` uses the streaming seed 42; ``epoch`` is the first epoch
-    (each ``reset(None)`` after an iteration moves to the next). With ``transforms_on_consumer``
-    image transforms run on the thread that iterates the root (for ``num_workers=0``), else on
-    the decode threads. ``index_provider`` defaults to the sidecar (or per-file MP4 indexes),
-    which serves the indexes of ``opened_indexes`` (opened by this process already) as they are.
-    ``assigned``/``carried``: the worker reads an elastic resume's remnant for this one epoch
-    (:func:`schedule_sampler`). ``batch_size``: ``root`` yields batches collated by a
-    :class:`SampleBatcher` (in shared memory with ``shared_memory_batches``, for DataLoader workers,
-    whose camera segments are recycled: up to ``batches_in_flight`` + 1 kept; in this process
-    up to ``IN_PROCESS_KEEP``, see :class:`~lerobot_nodes.batch_memory.recycled_storage.RecycledStorages`),
-    and a :class:`HeapTrimmer` hands free heap memory back every ``trim_heap_every`` batches (None: never).
+    Per-rank limits of ``config`` are split over the rank's workers. The sharder comes first (the
+    reader's episodes), then the fetcher of those episodes, whose MP4 indexes give the pool sampler
+    its byte costs and GOP runs, then the nodes after it.
     """
     config = config or StreamingConfig()
-    seed = resolve_seed(seed)
-    metrics = metrics or NullMetrics()
+    metrics = services.metrics or NullMetrics()
     episodes = [int(e) for e in episodes]
-    if index_provider is None and opened_indexes:
-        provider: VideoIndexProvider | None = preferring_opened(
-            default_index_provider(source, meta, config.streaming_sidecar_lock_timeout_s), opened_indexes
+    provider = services.index_provider
+    if provider is None and services.opened_indexes:
+        provider = preferring_opened(
+            default_index_provider(source, meta, config.streaming_sidecar_lock_timeout_s), services.opened_indexes
         )
-    else:
-        provider = index_provider
-
-    def episode_cost(episode: int) -> int:
-        return fetcher.cost(episode)  # the fetcher below: exact clip sizes from the MP4 index
-
-    def gop_starts(episode: int) -> Any:
-        return fetcher.gop_starts(episode)  # the fetcher below: from the MP4 index
-
-    spec = SampleSpec.from_meta(
-        meta,
-        delta_timestamps,
-        tolerance_s,
-        None if transforms_on_consumer else image_transforms,
-        depth_output_unit=depth_output_unit,
-    )
-    run_starts, runs = anchor_runs(config, meta, spec, gop_starts)
-    sampler = schedule_sampler(
-        meta,
-        episodes,
-        rank=rank,
-        world_size=world_size,
-        worker_id=worker_id,
-        num_workers=num_workers,
-        config=config,
-        seed=seed,
-        epoch=epoch,
-        episode_cost=episode_cost if meta.video_keys else None,
-        assigned=assigned,
-        carried=carried,
-        run_starts=run_starts,
-        runs=runs,
-    )
+    spec = samples.spec(meta)
+    sharder = schedule_sharder(meta, episodes, reader, schedule)
     fetcher = EpisodeFetcher(
-        source,
-        meta,
-        episodes=sampler.source.episodes,
-        index_provider=provider,
+        source, meta, episodes=sharder.episodes, index_provider=provider,
         lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
     )
-    sharder, pool_size, budget = sampler.source, sampler.pool_size, sampler.budget
-    metrics.set("budget_bytes", budget.worker_bytes)
+    sampler = schedule_sampler(sharder, reader, config, schedule, SampleRuns.of(config, meta, spec, fetcher))
+    metrics.set("budget_bytes", sampler.budget.worker_bytes)
     prefetcher = BytePrefetcher(
         sampler,
         reporting_transfers(fetcher.fetch, source, metrics),
@@ -300,57 +322,35 @@ def build_streaming_graph(
         max_concurrent_fetches=config.max_num_shards,
         metrics=metrics,
     )
-    slots = None
-    recycled = None
-    if batch_size is not None and image_transforms is None:
-        # Camera frames decoded straight into their batch (RGB cameras; depth is dequantised after).
-        cameras = {
-            key: len(spec.offsets[key]) if spec.offsets is not None and key in spec.offsets else 1
-            for key in spec.video_keys
-            if key not in spec.depth_videos
-        }
-
-        def frame_size(key: str, episode: int) -> tuple[int, int]:
-            index = fetcher.index(meta.video_file(episode, key))
-            return int(index.height), int(index.width)
-
-        if cameras:
-            # In this process: see IN_PROCESS_KEEP.
-            keep = batches_in_flight + 1 if shared_memory_batches else IN_PROCESS_KEEP
-            recycled = RecycledStorages(keep, metrics, shared=shared_memory_batches)
-            slots = BatchSlots(
-                batch_size,
-                cameras,
-                frame_size,
-                return_uint8=return_uint8,
-                shared_memory=shared_memory_batches,
-                storages=recycled,
-            )
+    image_transforms = samples.image_transforms
+    in_batch = batches is not None and image_transforms is None
+    slots, recycled = None, None
+    if batches is not None and in_batch:
+        slots, recycled = _batch_slots(batches, spec, meta, fetcher, samples.return_uint8, metrics)
     decoder = DecodeMapper(
         prefetcher,
         # Behind a batcher without transforms the rows are gathered per batch (lerobot_nodes.sample.batch_rows).
-        SampleAssembler(
-            spec, tolerance_s=tolerance_s, return_uint8=return_uint8, defer_rows=batch_size is not None and image_transforms is None
-        ),
+        SampleAssembler(spec, tolerance_s=samples.tolerance_s, return_uint8=samples.return_uint8, defer_rows=in_batch),
         num_threads=config.streaming_decode_threads,
-        decoder_cache_size=config.worker_decoder_cache_size(pool_size, len(meta.video_keys), num_workers),
-        decoder_factory=decoder_factory,
-        decoded_frame_budget_bytes=config.worker_decoded_frame_budget(num_workers),
+        decoder_cache_size=config.worker_decoder_cache_size(sampler.pool_size, len(meta.video_keys), reader.num_workers),
+        decoder_factory=services.decoder_factory,
+        decoded_frame_budget_bytes=config.worker_decoded_frame_budget(reader.num_workers),
         metrics=metrics,
-        decode_error_hint=_stale_index_hint(source, meta) if index_provider is None else None,
+        decode_error_hint=_stale_index_hint(source, meta) if services.index_provider is None else None,
         slots=slots,
         camera_window_frames=spec.camera_window_frames(),
     )
     # Behind a batcher the state is asked at batch boundaries only: snapshot there, not per sample.
-    buffer = OrderedBuffer(decoder, max_ahead=config.streaming_decoded_queue_size, snapshot_every=batch_size or 1)
+    snapshot_every = batches.batch_size if batches is not None else 1
+    buffer = OrderedBuffer(decoder, max_ahead=config.streaming_decoded_queue_size, snapshot_every=snapshot_every)
     root: BaseNode[dict[str, Any]] = buffer
-    if transforms_on_consumer and image_transforms is not None:
+    if samples.transforms_on_consumer and image_transforms is not None:
         root = Mapper(buffer, apply_image_transforms(spec, image_transforms))
     batcher = None
-    if batch_size is not None:
-        root = batcher = SampleBatcher(root, batch_size, shared_memory=shared_memory_batches, recycled=recycled)
-        if trim_heap_every is not None:
-            root = HeapTrimmer(batcher, every=trim_heap_every)
+    if batches is not None:
+        root = batcher = SampleBatcher(root, batches.batch_size, shared_memory=batches.shared_memory, recycled=recycled)
+        if batches.trim_heap_every is not None:
+            root = HeapTrimmer(batcher, every=batches.trim_heap_every)
     return StreamingGraph(
         root=root,
         sharder=sharder,
@@ -361,3 +361,38 @@ def build_streaming_graph(
         fetcher=fetcher,
         batcher=batcher,
     )
+
+
+def _batch_slots(
+    batches: BatchOptions,
+    spec: SampleSpec,
+    meta: DatasetMeta,
+    fetcher: EpisodeFetcher,
+    return_uint8: bool,
+    metrics: MetricsSink,
+) -> tuple[BatchSlots | None, RecycledStorages | None]:
+    """Camera frames decoded straight into their batch (RGB cameras; depth is dequantised after)."""
+    cameras = {
+        key: len(spec.offsets[key]) if spec.offsets is not None and key in spec.offsets else 1
+        for key in spec.video_keys
+        if key not in spec.depth_videos
+    }
+    if not cameras:
+        return None, None
+
+    def frame_size(key: str, episode: int) -> tuple[int, int]:
+        index = fetcher.index(meta.video_file(episode, key))
+        return int(index.height), int(index.width)
+
+    # In this process: see IN_PROCESS_KEEP.
+    keep = batches.batches_in_flight + 1 if batches.shared_memory else IN_PROCESS_KEEP
+    recycled = RecycledStorages(keep, metrics, shared=batches.shared_memory)
+    slots = BatchSlots(
+        batches.batch_size,
+        cameras,
+        frame_size,
+        return_uint8=return_uint8,
+        shared_memory=batches.shared_memory,
+        storages=recycled,
+    )
+    return slots, recycled

@@ -63,3 +63,31 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.005)
     return predicate()
+
+
+def graph_options(**flat):
+    """``build_streaming_graph``'s grouped options from flat keywords (``seed=``, ``delta_timestamps=``, ...)."""
+    import dataclasses
+
+    from lerobot_nodes.streaming_graph import (
+        BatchOptions,
+        GraphServices,
+        ReaderSlot,
+        SampleOptions,
+        ScheduleStart,
+    )
+
+    groups = {"reader": ReaderSlot, "schedule": ScheduleStart, "samples": SampleOptions, "services": GraphServices}
+    options = {}
+    for name, group in groups.items():
+        fields = {f.name for f in dataclasses.fields(group)}
+        taken = {key: flat.pop(key) for key in list(flat) if key in fields}
+        if taken:
+            options[name] = group(**taken)
+    if "batch_size" in flat:
+        renamed = {"shared_memory_batches": "shared_memory"}
+        options["batches"] = BatchOptions(**{renamed.get(k, k): flat.pop(k) for k in list(flat) if k in
+                                             ("batch_size", "shared_memory_batches", "batches_in_flight", "trim_heap_every")})
+    assert not flat or set(flat) <= {"config"}, f"unknown graph options {sorted(flat)}"
+    options.update(flat)
+    return options

@@ -24,7 +24,7 @@ from lerobot_nodes.testing.compare import assert_samples_equal
 from lerobot_nodes.testing.resume_contract import assert_resumes_exactly
 
 from .conftest import CAMERAS, DELTA_TIMESTAMPS
-from .helpers import make_sampler
+from .helpers import graph_options, make_sampler
 
 STRATEGIES = ("remaining", "round_robin")
 CONFIG = StreamingConfig(
@@ -56,7 +56,7 @@ def _graph(root: Path, config: StreamingConfig = CONFIG, **kwargs):
     meta = load_meta(source)
     kwargs.setdefault("return_uint8", True)
     kwargs.setdefault("seed", 1000)
-    return build_streaming_graph(source, meta, list(range(len(meta.episodes))), config=config, **kwargs)
+    return build_streaming_graph(source, meta, list(range(len(meta.episodes))), config=config, **graph_options(**kwargs))
 
 
 def _epoch(root: Path, config: StreamingConfig = CONFIG, **kwargs):

@@ -18,7 +18,7 @@ from lerobot_nodes.streaming_graph import build_streaming_graph
 from lerobot_nodes.testing.compare import assert_samples_equal
 
 from .conftest import DELTA_TIMESTAMPS
-from .helpers import lerobot_threads
+from .helpers import graph_options, lerobot_threads
 
 SMALL = StreamingConfig(
     streaming_episode_pool_size=3,
@@ -36,7 +36,7 @@ def _graph(root: Path, config: StreamingConfig = SMALL, episodes=None, **kwargs)
     kwargs.setdefault("delta_timestamps", DELTA_TIMESTAMPS)
     kwargs.setdefault("return_uint8", True)
     kwargs.setdefault("seed", 1000)
-    return build_streaming_graph(source, meta, selected, config=config, **kwargs)
+    return build_streaming_graph(source, meta, selected, config=config, **graph_options(**kwargs))
 
 
 @pytest.mark.timeout(120)

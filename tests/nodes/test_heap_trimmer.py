@@ -14,7 +14,7 @@ from lerobot_nodes import load_meta, open_source
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.nodes import HeapTrimmer
 from lerobot_nodes.nodes.heap_trimmer import glibc_malloc_trim
-from lerobot_nodes.streaming_graph import build_streaming_graph
+from lerobot_nodes.streaming_graph import BatchOptions, SampleOptions, ScheduleStart, build_streaming_graph
 
 from .conftest import DELTA_TIMESTAMPS
 
@@ -50,8 +50,10 @@ def _graph(root, trim_heap_every):
     meta = load_meta(source)
     config = StreamingConfig(streaming_episode_pool_size=3, streaming_decode_threads=2)
     return build_streaming_graph(
-        source, meta, list(range(len(meta.episodes))), config=config, delta_timestamps=DELTA_TIMESTAMPS,
-        return_uint8=True, seed=1000, batch_size=4, trim_heap_every=trim_heap_every,
+        source, meta, list(range(len(meta.episodes))), config=config,
+        schedule=ScheduleStart(seed=1000),
+        samples=SampleOptions(delta_timestamps=DELTA_TIMESTAMPS, return_uint8=True),
+        batches=BatchOptions(batch_size=4, trim_heap_every=trim_heap_every),
     )  # fmt: skip
 
 

@@ -9,7 +9,8 @@ import torch
 
 from lerobot_nodes import MapStyleLeRobotDataset
 from lerobot_nodes.config import StreamingConfig
-from lerobot_nodes.dataset import StreamingLeRobotDataset, streaming_dataloader
+from lerobot_nodes.dataset import StreamingLeRobotDataset
+from lerobot_nodes.loader import streaming_dataloader
 from lerobot_nodes.testing.compare import assert_samples_equal
 
 WINDOW = {"action": [0.0, 1 / 30, 2 / 30], "observation.images.top": [-1 / 30, 0.0], "observation.state": [-1 / 30, 0.0]}

@@ -168,7 +168,7 @@ def test_a_missing_video_is_one_clear_error(serve, http_dataset):
 
 
 def test_a_video_vanishing_mid_epoch_is_a_clear_error(serve, http_dataset):
-    from lerobot_nodes.dataset import streaming_dataloader
+    from lerobot_nodes.loader import streaming_dataloader
 
     server = serve(http_dataset)
     dataset = streaming(server.url)

@@ -118,7 +118,7 @@ def test_a_file_that_vanishes_mid_epoch_is_a_clear_error_in_bounded_time(hub, hu
 
 
 def epoch_iterator(dataset):
-    from lerobot_nodes.dataset import streaming_dataloader
+    from lerobot_nodes.loader import streaming_dataloader
 
     return streaming_dataloader(dataset, batch_size=2, num_workers=0)
 

@@ -9,12 +9,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lerobot_nodes import MapStyleLeRobotDataset, loader_batch_size
 from lerobot_nodes.config import StreamingConfig
-from lerobot_nodes.dataset import (
-    StreamingLeRobotDataset,
-    shutdown_dataloader,
-    streaming_dataloader,
-    worker_context,
-)
+from lerobot_nodes.dataset import StreamingLeRobotDataset
+from lerobot_nodes.loader import shutdown_dataloader, streaming_dataloader, worker_context
 
 WINDOW = {"action": [0.0, 1 / 30, 2 / 30], "observation.images.top": [-1 / 30, 0.0]}
 CONFIG = StreamingConfig(streaming_episode_pool_size=2, streaming_prefetch_episodes=2, streaming_decode_threads=2)

@@ -9,7 +9,8 @@ import time
 
 import torch
 
-from lerobot_nodes.dataset import StreamingLeRobotDataset, shutdown_dataloader, streaming_dataloader
+from lerobot_nodes.dataset import StreamingLeRobotDataset
+from lerobot_nodes.loader import shutdown_dataloader, streaming_dataloader
 
 SAMPLES_BEFORE_HANGING = 9
 """A worker's sample count at which :class:`HangInWorker` stops returning (after the first batch)."""

@@ -14,8 +14,9 @@ import pytest
 
 from lerobot_nodes import MapStyleLeRobotDataset
 from lerobot_nodes.config import StreamingConfig
-from lerobot_nodes.dataset import StreamingLeRobotDataset, shutdown_dataloader, streaming_dataloader
+from lerobot_nodes.dataset import StreamingLeRobotDataset
 from lerobot_nodes.errors import ConfigError
+from lerobot_nodes.loader import shutdown_dataloader, streaming_dataloader
 
 OLD_WORLD, OLD_WORKERS, OLD_BATCH, STOP = 2, 2, 8, 5  # each rank has about 12 batches per epoch
 SEED = 3

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
-from lerobot_nodes.dataset import shutdown_dataloader
+from lerobot_nodes.loader import shutdown_dataloader
 from lerobot_nodes.workers.lifeline import guard_forkserver, guard_worker
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -283,7 +283,7 @@ def test_killed_training_script_leaves_nothing_behind(small_dataset, tmp_path, h
 
 def record_worker(directory: Path, worker_id: int) -> None:
     """A user's ``worker_init_fn``: notes which worker ran it and whether it was guarded first."""
-    from lerobot_nodes import lifeline
+    from lerobot_nodes.workers import lifeline
 
     (directory / f"worker-{worker_id}").write_text(str(lifeline._guarded_pid == os.getpid()))
 

@@ -7,8 +7,9 @@ import shutil
 import pytest
 
 from lerobot_nodes.config import StreamingConfig
-from lerobot_nodes.dataset import IDENTITY_KEY, StreamingLeRobotDataset, streaming_dataloader
+from lerobot_nodes.dataset import IDENTITY_KEY, StreamingLeRobotDataset
 from lerobot_nodes.errors import ConfigError
+from lerobot_nodes.loader import streaming_dataloader
 from lerobot_nodes.resume.identity import check_identity, without_credentials
 from lerobot_nodes.testing import write_dataset
 

@@ -10,8 +10,9 @@ import torch
 
 from lerobot_nodes import MapStyleLeRobotDataset
 from lerobot_nodes.config import StreamingConfig
-from lerobot_nodes.dataset import StreamingLeRobotDataset, streaming_dataloader
+from lerobot_nodes.dataset import StreamingLeRobotDataset
 from lerobot_nodes.errors import ConfigError
+from lerobot_nodes.loader import streaming_dataloader
 
 WINDOW = {"action": [0.0, 1 / 30, 2 / 30], "observation.images.top": [-1 / 30, 0.0]}
 CONFIG = StreamingConfig(streaming_episode_pool_size=2, streaming_prefetch_episodes=2, streaming_decode_threads=2)

@@ -7,12 +7,8 @@ import os
 
 import torch
 
-from lerobot_nodes.dataset import (
-    StreamingLeRobotDataset,
-    shutdown_dataloader,
-    start_worker_context,
-    streaming_dataloader,
-)
+from lerobot_nodes.dataset import StreamingLeRobotDataset
+from lerobot_nodes.loader import shutdown_dataloader, start_worker_context, streaming_dataloader
 
 MARK = "LEROBOT_NODES_TEST_ENVIRONMENT_MARK"
 

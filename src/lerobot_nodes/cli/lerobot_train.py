@@ -50,14 +50,9 @@ from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
 from ..atomic import atomic_write
 from ..config import StreamingConfig
-from ..dataset import (
-    StreamingLeRobotDataset,
-    loader_batch_size,
-    shutdown_dataloader,
-    start_worker_context,
-    streaming_dataloader,
-)
+from ..dataset import StreamingLeRobotDataset
 from ..errors import ConfigError, LeRobotIncompatibleError
+from ..loader import loader_batch_size, shutdown_dataloader, start_worker_context, streaming_dataloader
 
 logger = logging.getLogger("lerobot_nodes.cli.lerobot_train")
 

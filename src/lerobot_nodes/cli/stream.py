@@ -21,9 +21,10 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..config import StreamingConfig
-from ..dataset import StreamingLeRobotDataset, shutdown_dataloader, start_worker_context, streaming_dataloader
+from ..dataset import StreamingLeRobotDataset
 from ..errors import ConfigError
 from ..format.meta import load_meta
+from ..loader import shutdown_dataloader, start_worker_context, streaming_dataloader
 from ..map_style import MapStyleLeRobotDataset
 from ..resume.identity import check_identity
 from ..sources.resolve import open_source

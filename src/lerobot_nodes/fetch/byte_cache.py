@@ -132,11 +132,6 @@ class EpisodeByteCache:
                 episodes_fetched=self._episodes_fetched,
             )
 
-    def is_reserved(self, episode: int) -> bool:
-        with self._cond:
-            entry = self._entries.get(episode)
-            return entry is not None and entry.reserved
-
     # -- life of an entry -----------------------------------------------------------------
     def want(self, episode: int) -> None:
         """Make sure ``episode`` has an entry (no bytes counted yet)."""

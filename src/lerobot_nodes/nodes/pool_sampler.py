@@ -304,10 +304,6 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         """Episodes in the pool now, in admission order."""
         return [episode for episode, _ in self._pool]
 
-    def upcoming_episodes(self, count: int) -> list[int]:
-        """The next ``count`` episodes the pool will admit, in order."""
-        return self.source.peek(count)
-
     def admission_order(self) -> list[int]:
         """Every episode of this epoch in the order the pool admits them."""
         return self.source.order

@@ -381,29 +381,3 @@ def describe_change(
         f"exactly once; the order differs from an uninterrupted run; epochs from {remnant.epoch + 1} "
         "use the new topology"
     )
-
-
-@dataclass(frozen=True)
-class ResumePlan:
-    """What a reader's next ``iter()`` starts from: the streaming dataset's one resume field.
-
-    * ``checkpoint``: a step checkpoint not yet turned into a :class:`WorkerStart`;
-      ``offsets`` (same split) or ``remnant`` (another split) when the training process
-      already planned it (``StreamingLeRobotDataset.plan_resume``), else the reader plans it.
-    * ``start``: this reader's first epoch after the resume; ``None`` for a plain epoch.
-    * ``graph_state``: a saved graph position to restore (a loader state).
-    * ``running``: ``iter()`` applied the plan; the next ``iter()`` reads plain epochs from
-      ``start.next_epoch``.
-    """
-
-    checkpoint: StepCheckpoint | None = None
-    offsets: RankOffsets | None = field(default=None, repr=False)
-    remnant: Remnant | None = field(default=None, repr=False)
-    start: WorkerStart | None = None
-    graph_state: dict[str, Any] | None = field(default=None, repr=False)
-    running: bool = False
-
-    @property
-    def planned(self) -> bool:
-        """Whether the expensive part (the replay of other ranks) is done or not needed."""
-        return self.checkpoint is None or self.offsets is not None or self.remnant is not None

@@ -14,7 +14,7 @@ import io
 import json
 import os
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -220,7 +220,7 @@ def builder_version() -> str:
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
 
 
 # -- array conversion ---------------------------------------------------------------------
@@ -442,7 +442,3 @@ class SidecarArchive:
         if len(arrays.get("offsets", ())) != entry.samples:
             raise SidecarFormatError(f"{where}: {entry.samples} samples declared, offsets holds {len(arrays.get('offsets', ()))}")
         return arrays
-
-
-def identities_by_path(infos: Iterable[FileInfo], revision: str | None) -> dict[str, SourceIdentity]:
-    return {info.path: SourceIdentity.of(info, revision) for info in infos}

@@ -218,10 +218,6 @@ class HttpRangeReader:
         self._read_exact(url, (0, 1), None, name, found)
         return RemoteFile(int(found["size"]), found.get("etag"), found.get("last_modified"))
 
-    def forget_location(self, url: str) -> None:
-        with self._lock:
-            self._locations.pop(url, None)
-
     # -- one exact range -----------------------------------------------------------------------
     def _read_exact(
         self, url: str, byte_range: ByteRange, size: int | None, name: str, found: dict[str, str] | None = None

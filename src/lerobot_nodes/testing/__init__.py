@@ -1,4 +1,10 @@
-"""Writers of real LeRobot v3.0 datasets and MP4s for tests, benchmarks and the demo."""
+"""Writers of real LeRobot v3.0 datasets and MP4s for tests, benchmarks and the demo.
+
+The test servers are imported from their own modules, not from here: the loopback Hugging Face
+Hub from :mod:`~lerobot_nodes.testing.hub` (its routes in ``hub_routes``, its content in
+``hub_store``), the static file server from :mod:`~lerobot_nodes.testing.static_http`, and the
+HTTP plumbing both run on from :mod:`~lerobot_nodes.testing.http_server`.
+"""
 
 from __future__ import annotations
 

@@ -21,394 +21,46 @@ There is no Xet here: Xet token routes answer 501, so clients must run with ``HF
 Unimplemented routes answer 404 (reads) or 501 (writes), never 500/502/503/504, which the client
 would retry for about 23 s.
 
+This module is the hub's face: :class:`LoopbackHub` (adding and changing content, the
+observations tests make, the settings) and the command line. The HTTP plumbing, records, latency
+and faults are :mod:`~lerobot_nodes.testing.http_server`'s; what each origin answers is
+:mod:`~lerobot_nodes.testing.hub_routes`'s; repos, buckets and signed URLs are
+:mod:`~lerobot_nodes.testing.hub_store`'s.
+
 Run ``python -m lerobot_nodes.testing.hub --demo`` to serve a generated dataset from the shell.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
-import socket
-import struct
-import sys
 import tempfile
-import threading
 import time
-import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import parse_qs, unquote
 
-from lerobot_nodes.testing._hub_routes import (
-    CdnRoutes,
-    HubRoutes,
-    Request,
-    Response,
-    error_answer,
-    json_answer,
+from lerobot_nodes.testing.http_server import (
+    FAULT_KINDS,
+    LOOPBACK_HOST,
+    HttpError,
+    LoopbackServers,
+    Origin,
+    RequestRecord,
 )
-from lerobot_nodes.testing._hub_store import Blob, Bucket, BucketObject, HttpError, Repo, Store, iso
+from lerobot_nodes.testing.hub_routes import CdnRoutes, HubRoutes, HubSettings
+from lerobot_nodes.testing.hub_store import Blob, Bucket, BucketObject, Repo, Store, iso
 
 __all__ = ["FAULT_KINDS", "LoopbackHub", "LoopbackServers", "RequestRecord", "main"]
 
-HUB_HOST = "127.0.0.1"
-CDN_HOST = "127.0.0.2"
-FAULT_KINDS = ("503", "429", "reset", "close", "short", "stall")
+HUB_HOST = LOOPBACK_HOST
+CDN_HOST = "127.0.0.2"  # another origin for clients, still loopback (any 127.x address is, on Linux)
 DEMO_REPO_ID = "lerobot-nodes/demo"
 
 _WRITE_METHODS = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 _IGNORED_DIRS = (".git/", ".cache/huggingface/")  # what upload_folder leaves out too
 
 
-@dataclass
-class RequestRecord:
-    """One request handled by either origin.
-
-    Appended to ``LoopbackHub.records`` just before its answer (or its fault) reaches the client,
-    so a client that has its answer always finds the record.
-    """
-
-    origin: str  # "hub" or "cdn" (a static server: "static")
-    method: str
-    path: str  # raw request path, still quoted, without the query
-    query: str
-    status: int  # 0 when a fault dropped the connection without any answer
-    range: str | None  # the Range header as sent
-    bytes_sent: int  # body bytes written (lowered if the client hung up mid-body)
-    authorization: bool  # whether an Authorization header was present
-    fault: str | None  # injected fault kind
-    repo_revision: str | None  # repo resolve requests: the revision segment of the URL, unquoted
-
-
-# ----------------------------------------------------------------------------- HTTP plumbing
-
-
-class _Handler(BaseHTTPRequestHandler):
-    """One connection: answers requests until the client or ``stop()`` closes it."""
-
-    protocol_version = "HTTP/1.1"  # keep-alive, so client pools reuse connections
-    # Without it headers and body leave as two segments and Nagle + delayed ACK add ~40 ms.
-    disable_nagle_algorithm = True
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent: tests read ``hub.records`` instead, and nothing (no token) ever reaches a log."""
-
-    def do_GET(self) -> None:
-        self._handle()
-
-    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
-
-    def _handle(self) -> None:
-        """Answer one request. Its record is appended *before* the answer (or the fault) reaches
-        the client, so a client that got an answer always finds the record in ``hub.records``."""
-        hub = self.server.hub
-        raw_path, _, query = self.path.partition("?")
-        range_header = self.headers.get("Range")
-        authorization = "Authorization" in self.headers
-        record = RequestRecord(
-            self.server.origin, self.command, raw_path, query, 0, range_header, 0, authorization, None, None
-        )
-        recorded = False
-        try:
-            request = Request(
-                self.command,
-                raw_path,
-                [unquote(s) for s in raw_path.split("/") if s],
-                parse_qs(query, keep_blank_values=True),
-                self.headers,
-                self._read_body(),
-            )
-            hub._pause(hub.latency_s)
-            fault = record.fault = hub._take_fault() if range_header is not None else None
-            if fault == "stall":
-                hub._pause(hub.stall_s)
-            if hub._stopping.is_set():  # stop() cut a sleep short: close instead of answering
-                raise ConnectionAbortedError
-            response = None
-            if fault in ("503", "429"):
-                response = json_answer({"error": "injected fault"}, int(fault), {"Retry-After": "0"})
-            elif fault not in ("reset", "close"):
-                response = self._route(request)
-                record.repo_revision = request.repo_revision
-                if fault == "short" and (response.length == 0 or self.command == "HEAD"):
-                    # Nothing to cut short (a redirect, a HEAD): the next range read gets it instead,
-                    # so which kinds are served does not depend on the order of concurrent reads.
-                    hub._defer_fault(fault)
-                    fault = record.fault = None
-            if response is not None:
-                record.status = response.status
-                # Counted ahead of the writes for the same reason; a failed write corrects it.
-                record.bytes_sent = _body_bytes(response, self.command, half=fault == "short")
-            hub._record(record)
-            recorded = True
-            if response is None:
-                self._drop(reset=fault == "reset")
-                return
-            self._send(response, record)
-            if fault == "short":
-                self.close_connection = True
-        except OSError:  # the client went away mid-answer (its timeout, a fault, or stop())
-            self.close_connection = True
-        finally:
-            if not recorded:
-                hub._record(record)
-
-    def _route(self, request: Request) -> Response:
-        try:
-            return self.server.routes.handle(request)
-        except HttpError as error:
-            return error_answer(error)
-        except Exception as error:
-            # A bug here must fail fast: 501 is not retried by the client, 500 would be (~23 s).
-            traceback.print_exc(file=sys.stderr)
-            return error_answer(HttpError(501, f"loopback hub error: {type(error).__name__}"))
-
-    def _read_body(self) -> bytes:
-        """Always consume the body, so the next request on this connection starts in sync."""
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            parts = []
-            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline().strip():  # trailers
-                pass
-            return b"".join(parts)
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
-    def _send(self, response: Response, record: RequestRecord) -> None:
-        """Write the answer; the body is cut to ``record.bytes_sent`` (half of it for "short")."""
-        self.send_response(response.status)
-        for name, value in response.headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(response.length))  # always: keeps keep-alive working
-        self.end_headers()
-        written = 0
-        try:
-            for chunk in response.chunks(record.bytes_sent):
-                self.wfile.write(chunk)
-                written += len(chunk)
-        except OSError:
-            record.bytes_sent = written
-            raise
-
-    def _drop(self, reset: bool) -> None:
-        """Close without any answer: a FIN, or with ``reset`` an RST (SO_LINGER 0 then close)."""
-        self.close_connection = True
-        if reset:
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            # Close now: the server's own shutdown_request would send a FIN before the RST.
-            self.rfile.close()
-            self.connection.close()
-
-
-def _body_bytes(response: Response, method: str, half: bool) -> int:
-    if method == "HEAD":
-        return 0
-    return response.length // 2 if half else response.length
-
-
-class _Routes(Protocol):
-    def handle(self, request: Request) -> Response: ...
-
-
-class _Server(ThreadingHTTPServer):
-    """A threaded server that tracks its connections, so ``stop()`` can end every handler thread.
-
-    Keep-alive handler threads otherwise sit in ``readline`` for as long as a client pool holds
-    the connection open, outliving the hub.
-    """
-
-    daemon_threads = True
-
-    def __init__(self, hub: LoopbackServers, origin: str, routes: _Routes, port: int = 0) -> None:
-        self.hub = hub
-        self.origin = origin
-        self.routes = routes
-        self._connections: dict[socket.socket, threading.Thread] = {}
-        self._connections_lock = threading.Lock()
-        # The CDN gets a host of its own, as on the real Hub: clients that follow only same-host
-        # redirects (huggingface_hub 1.x's HEAD) must see it as another origin. Any 127.x address
-        # is loopback on Linux; elsewhere fall back to 127.0.0.1.
-        host = CDN_HOST if origin == "cdn" else HUB_HOST
-        try:
-            super().__init__((host, port), _Handler)
-        except OSError:
-            super().__init__((HUB_HOST, port), _Handler)
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(
-            target=self._serve_connection,
-            args=(request, client_address),
-            name=f"loopback-hub-{self.origin}-connection",
-            daemon=True,
-        )
-        with self._connections_lock:
-            self._connections[request] = thread
-        thread.start()
-
-    def _serve_connection(self, request: socket.socket, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
-            with self._connections_lock:
-                self._connections.pop(request, None)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Clients hanging up (faults, timeouts, stop()) are routine here, not worth a traceback.
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
-
-    def close_connections(self, timeout: float) -> None:
-        with self._connections_lock:
-            connections = list(self._connections.items())
-        for connection, _ in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-        for _, thread in connections:
-            thread.join(timeout)
-
-
 # ----------------------------------------------------------------------------- the hub
-
-
-class LoopbackServers:
-    """What every loopback test server shares: threaded HTTP/1.1 origins on loopback, a record of
-    every request, latency and injected faults on range reads, and a ``stop()`` that ends every
-    server and connection thread. ``latency_s``, ``fault_every``, ``fault_kinds`` and ``stall_s``
-    may be changed while the servers run."""
-
-    def __init__(
-        self,
-        *,
-        latency_s: float = 0.0,
-        fault_every: int = 0,
-        fault_kinds: Sequence[str] = ("503", "reset", "close", "short", "stall"),
-        stall_s: float = 3.0,
-    ) -> None:
-        self.latency_s = latency_s
-        self.fault_every = fault_every
-        self.fault_kinds = fault_kinds
-        self.stall_s = stall_s
-        self.records: list[RequestRecord] = []
-        self._records_lock = threading.Lock()
-        self._faults_lock = threading.Lock()
-        self._range_reads = 0
-        self._faults_injected = 0
-        self._deferred_faults: list[str] = []
-        self._stopping = threading.Event()
-        self._servers: list[_Server] = []
-        self._threads: list[threading.Thread] = []
-
-    @property
-    def fault_kinds(self) -> tuple[str, ...]:
-        return self._fault_kinds
-
-    @fault_kinds.setter
-    def fault_kinds(self, kinds: Sequence[str]) -> None:
-        unknown = set(kinds) - set(FAULT_KINDS)
-        if unknown:
-            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {list(FAULT_KINDS)}")
-        self._fault_kinds = tuple(kinds)
-
-    # lifecycle
-
-    def start(self) -> LoopbackServers:
-        raise NotImplementedError
-
-    def _serve(self, servers: list[_Server]) -> None:
-        """Serve ``servers`` from daemon threads. Servers start once."""
-        if self._servers or self._stopping.is_set():  # stop() cannot be undone: sleeps would not wait
-            for server in servers:
-                server.server_close()
-            raise RuntimeError(f"a {type(self).__name__} starts once")
-        self._servers = servers
-        for server in self._servers:
-            thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name=f"loopback-hub-{server.origin}-server",
-                daemon=True,
-            )
-            thread.start()
-            self._threads.append(thread)
-
-    def stop(self) -> None:
-        """Stop every origin and end every connection, including stalled and keep-alive ones."""
-        self._stopping.set()  # wakes latency and stall sleeps
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
-            server.close_connections(timeout=5.0)
-        for thread in self._threads:
-            thread.join(5.0)
-        self._servers, self._threads = [], []
-
-    def __enter__(self) -> Any:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # observation
-
-    def clear_records(self) -> None:
-        with self._records_lock:
-            self.records.clear()
-
-    def range_reads(self) -> list[RequestRecord]:
-        """Requests that carried a Range header, on every origin."""
-        return [r for r in self._snapshot() if r.range is not None]
-
-    def bytes_sent(self) -> int:
-        """Body bytes written by every origin."""
-        return sum(r.bytes_sent for r in self._snapshot())
-
-    # used by the handler threads
-
-    def _snapshot(self) -> list[RequestRecord]:
-        with self._records_lock:
-            return list(self.records)
-
-    def _record(self, record: RequestRecord) -> None:
-        with self._records_lock:
-            self.records.append(record)
-
-    def _pause(self, seconds: float) -> None:
-        if seconds > 0:
-            self._stopping.wait(seconds)  # stop() cuts it short
-
-    def _take_fault(self) -> str | None:
-        """Count one range read; every ``fault_every``-th one gets the next fault kind in rotation,
-        and a deferred fault goes to the very next range read."""
-        with self._faults_lock:
-            self._range_reads += 1
-            every, kinds = self.fault_every, self.fault_kinds
-            if every > 0 and self._deferred_faults:
-                return self._deferred_faults.pop(0)
-            if every <= 0 or not kinds or self._range_reads % every:
-                return None
-            kind = kinds[self._faults_injected % len(kinds)]
-            self._faults_injected += 1
-            return kind
-
-    def _defer_fault(self, kind: str) -> None:
-        """Hand a fault this request could not carry to the next range read."""
-        with self._faults_lock:
-            self._deferred_faults.append(kind)
 
 
 class LoopbackHub(LoopbackServers):
@@ -418,7 +70,8 @@ class LoopbackHub(LoopbackServers):
     shas pin); LFS payloads (parquet, mp4, npz, ... and other files of 10 KB or more) are served
     through a 302 to the CDN origin when ``redirect`` is on; every request on either origin is
     recorded; ``stop()`` ends every server and connection thread. ``latency_s``, ``fault_every``,
-    ``fault_kinds`` and ``stall_s`` may be changed while the hub runs.
+    ``fault_kinds``, ``stall_s``, ``redirect``, ``signed_url_ttl_s`` and ``require_token`` may be
+    changed while the hub runs.
     """
 
     def __init__(
@@ -434,25 +87,60 @@ class LoopbackHub(LoopbackServers):
         port: int = 0,
     ) -> None:
         super().__init__(latency_s=latency_s, fault_every=fault_every, fault_kinds=fault_kinds, stall_s=stall_s)
-        self.redirect = redirect
-        self.signed_url_ttl_s = signed_url_ttl_s
-        self.require_token = require_token
         self.port = port
-        self.endpoint = ""
-        self.cdn_endpoint = ""
         self._store = Store()
+        self._settings = HubSettings(
+            self._store, redirect=redirect, signed_url_ttl_s=signed_url_ttl_s, require_token=require_token
+        )
+
+    @property
+    def redirect(self) -> bool:
+        """Whether LFS and bucket payloads answer a 302 to the CDN (else the Hub serves them)."""
+        return self._settings.redirect
+
+    @redirect.setter
+    def redirect(self, value: bool) -> None:
+        self._settings.redirect = value
+
+    @property
+    def signed_url_ttl_s(self) -> float:
+        """How long a CDN URL handed out from now on stays valid."""
+        return self._settings.signed_url_ttl_s
+
+    @signed_url_ttl_s.setter
+    def signed_url_ttl_s(self, value: float) -> None:
+        self._settings.signed_url_ttl_s = value
+
+    @property
+    def require_token(self) -> str | None:
+        """The token every Hub request must carry as ``Bearer <token>`` (None: anonymous reads)."""
+        return self._settings.require_token
+
+    @require_token.setter
+    def require_token(self, value: str | None) -> None:
+        self._settings.require_token = value
+
+    @property
+    def endpoint(self) -> str:
+        """The Hub origin's URL (``""`` until started)."""
+        return self._settings.endpoint
+
+    @property
+    def cdn_endpoint(self) -> str:
+        """The CDN origin's URL (``""`` until started)."""
+        return self._settings.cdn_endpoint
 
     def start(self) -> LoopbackHub:
         """Bind both origins and serve them from daemon threads. A hub starts once."""
-        if self._servers or self._stopping.is_set():  # stop() cannot be undone: sleeps would not wait
-            raise RuntimeError("a LoopbackHub starts once")
-        cdn = _Server(self, "cdn", CdnRoutes(self))
-        try:
-            hub = _Server(self, "hub", HubRoutes(self), self.port)
-        except OSError:  # e.g. --port already taken
-            cdn.server_close()
-            raise
-        self.endpoint, self.cdn_endpoint = hub.url, cdn.url
+        hub, cdn = self._bind(
+            [
+                Origin("hub", HubRoutes(self._settings), self.port, HUB_HOST),
+                # A host of its own, as on the real Hub: clients that follow only same-host
+                # redirects (huggingface_hub 1.x's HEAD) must see it as another origin.
+                Origin("cdn", CdnRoutes(self._store), host=CDN_HOST),
+            ]
+        )
+        self._settings.endpoint, self._settings.cdn_endpoint = hub.url, cdn.url
         self._serve([hub, cdn])
         return self
 

@@ -1,9 +1,9 @@
 """A static file server on 127.0.0.1 with byte ranges, like nginx or an S3 static website serving a
 dataset folder, for tests and demos of plain ``http://`` dataset roots.
 
-It shares the loopback Hub's HTTP plumbing (:class:`~lerobot_nodes.testing.hub.LoopbackServers`):
-HTTP/1.1 keep-alive, every request recorded, latency and injected faults on range reads (503,
-429, TCP reset, close, short body, stall). Files are read from disk at each request, so a test
+It runs on the HTTP plumbing of :mod:`~lerobot_nodes.testing.http_server`, as the loopback Hub
+does: HTTP/1.1 keep-alive, every request recorded, latency and injected faults on range reads
+(503, 429, TCP reset, close, short body, stall). It knows nothing of the Hub. Files are read from disk at each request, so a test
 may replace one while the server runs; validators follow nginx: ``ETag`` is ``"<size>-<mtime>"``
 (hex; strong, weak or absent) and ``Last-Modified`` the file's mtime (or absent). There is no
 directory listing, as on a static server with ``autoindex off``. With ``redirect`` every file
@@ -21,13 +21,12 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
 from urllib.parse import quote
 
-from lerobot_nodes.testing._hub_routes import Request, Response, _content
-from lerobot_nodes.testing._hub_store import Blob, HttpError
-from lerobot_nodes.testing.hub import LoopbackServers, _Server
+from lerobot_nodes.testing.http_server import HttpError, LoopbackServers, Origin, Request, Response, content
 
 __all__ = ["ETAG_MODES", "StaticHttpServer", "main"]
 
@@ -89,8 +88,9 @@ class StaticHttpServer(LoopbackServers):
 
     def start(self) -> StaticHttpServer:
         """Bind 127.0.0.1 and serve from daemon threads. A server starts once."""
-        self._serve([_Server(self, "static", _StaticRoutes(self), self.port)])
-        self.endpoint = self._servers[0].url
+        servers = self._bind([Origin("static", _StaticRoutes(self), self.port)])
+        self.endpoint = servers[0].url
+        self._serve(servers)
         return self
 
     def __enter__(self) -> StaticHttpServer:
@@ -105,11 +105,6 @@ class StaticHttpServer(LoopbackServers):
         """``path`` (relative to the folder) answers 403 from now on."""
         with self._lock:
             self._forbidden.add(path.strip("/"))
-
-    def requests_for(self, path: str) -> list[str]:
-        """The methods and Range headers of the requests of ``path`` (relative to the folder), in order."""
-        wanted = f"{self.mount}/{path.strip('/')}"
-        return [f"{r.method} {r.range}" for r in self._snapshot() if r.path == wanted]
 
     def _blocked(self, path: str) -> int | None:
         with self._lock:
@@ -158,8 +153,20 @@ class _StaticRoutes:
         if self.server.last_modified:
             headers["Last-Modified"] = formatdate(stat.st_mtime, usegmt=True)
         # Read from disk at each request: no hashing, the file may be replaced between requests.
-        blob = Blob(stat.st_size, "", "", "", False, source=full)
-        return _content(blob, request.headers.get("Range"), headers)
+        return content(_FileOnDisk(full, stat.st_size), request.headers.get("Range"), headers)
+
+
+@dataclass(frozen=True)
+class _FileOnDisk:
+    """A file's bytes, read from disk at each read (a :class:`~lerobot_nodes.testing.http_server.Payload`)."""
+
+    path: Path
+    size: int
+
+    def read(self, start: int, end: int) -> bytes:
+        with open(self.path, "rb") as file:
+            file.seek(start)
+            return file.read(end - start)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

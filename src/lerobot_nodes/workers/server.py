@@ -16,7 +16,7 @@ is safe, and started the stdlib way otherwise:
 - the copy holds no open FFmpeg codec context (freeing one whose threads stayed behind
   crashes a worker): if it does, it turns itself into the stdlib forkserver with ``exec``.
 
-:func:`lerobot_nodes.dataset.start_worker_context` starts it before a dataset is opened,
+:func:`lerobot_nodes.loader.start_worker_context` starts it before a dataset is opened,
 when the training process is still plain. The server's Python signal handlers and root
 logging handlers are reset to a new interpreter's, its objects are frozen out of the cyclic
 garbage collector (nothing inherited is ever freed by a worker's collection, and pages stay

@@ -12,7 +12,8 @@ import torch.distributed as dist
 
 from lerobot_nodes.cli.console import exit_process
 from lerobot_nodes.config import StreamingConfig
-from lerobot_nodes.dataset import StreamingLeRobotDataset, streaming_dataloader
+from lerobot_nodes.dataset import StreamingLeRobotDataset
+from lerobot_nodes.loader import streaming_dataloader
 
 
 def main() -> int:

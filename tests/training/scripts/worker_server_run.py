@@ -25,7 +25,7 @@ import av
 import numpy as np
 
 from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
-from lerobot_nodes.dataset import shutdown_dataloader, start_worker_context
+from lerobot_nodes.loader import shutdown_dataloader, start_worker_context
 from lerobot_nodes.workers.server import SERVER
 
 

@@ -1,0 +1,188 @@
+"""DataLoader plumbing for a :class:`~lerobot_nodes.dataset.StreamingLeRobotDataset`.
+
+``streaming_dataloader`` builds the ``StatefulDataLoader`` as LeRobot training does, with
+workers forked from a server process (:func:`worker_context`, ``lerobot_nodes.workers``),
+their logs relayed to this process and batches assembled in the reader;
+``loader_batch_size`` reads the batch size back; ``shutdown_dataloader`` stops the workers
+within a bound. Nothing here changes which samples a loader yields.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.context
+import os
+import signal
+import threading
+import weakref
+from typing import Any
+
+from .dataset import StreamingLeRobotDataset
+from .errors import ConfigError
+from .workers.lifeline import GuardedWorkerInit
+from .workers.logs import WorkerLogRelay
+from .workers.server import CONTEXT as WORKER_CONTEXT
+from .workers.server import WorkerContext
+
+logger = logging.getLogger("lerobot_nodes.dataset")
+
+
+def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_workers: int, **kwargs: Any) -> Any:
+    """A ``StatefulDataLoader`` for ``dataset`` as LeRobot training builds it.
+
+    Batches are assembled where the samples are decoded: ``dataset.batch_size`` is set to
+    ``batch_size`` and the DataLoader itself gets ``batch_size=None``, so each worker (or, with
+    ``num_workers=0``, the graph) collates whole batches into one storage (shared memory in a
+    worker) and the training process only receives them. The batches are the ones a DataLoader
+    with ``batch_size`` would build; :func:`loader_batch_size` reads the batch size back. A
+    ``collate_fn`` other than ``default_collate``, or ``drop_last=True``, keeps the batching in
+    the DataLoader (per-sample hand-off, as before).
+
+    ``num_workers`` is clamped to what the rank can feed (with a warning); workers persist
+    across epochs so the streaming order moves on to the next epoch. Workers (and the
+    forkserver) end within about a second of the training process, however it ends: the
+    ``worker_init_fn`` is wrapped in :class:`~lerobot_nodes.workers.lifeline.GuardedWorkerInit`,
+    which still calls a ``worker_init_fn`` given here. What workers log under
+    ``lerobot_nodes`` is logged again in this process (``lerobot_nodes.workers.logs``).
+    """
+    from torch.utils.data import default_collate
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    dataset.plan_resume(num_workers, batch_size)  # before clamping: every rank decides on the same topology
+    num_workers = dataset.clamp_num_workers(num_workers)
+    in_reader = kwargs.get("collate_fn") in (None, default_collate) and not kwargs.get("drop_last", False)
+    dataset.batch_size = int(batch_size) if in_reader else None
+    options: dict[str, Any] = {"num_workers": num_workers, "shuffle": False}
+    if in_reader:
+        kwargs.pop("collate_fn", None)
+        kwargs.pop("drop_last", None)
+        options["batch_size"] = None
+    else:
+        options.update(batch_size=batch_size, drop_last=False)
+    relay: WorkerLogRelay | None = None
+    if num_workers > 0:
+        context = kwargs.pop("multiprocessing_context", None) or worker_context()
+        if isinstance(context, str):
+            context = multiprocessing.get_context(context)
+        if isinstance(context, WorkerContext):
+            context.start_server()  # before the log relay's thread, which would rule out a fork
+        relay = WorkerLogRelay(context)
+        prefetch_factor = kwargs.pop("prefetch_factor", 4)
+        dataset.batches_in_flight = (prefetch_factor or 2) + 2
+        options.update(
+            persistent_workers=True,
+            prefetch_factor=prefetch_factor,
+            multiprocessing_context=context,
+            worker_init_fn=GuardedWorkerInit(relay.worker_init_fn(kwargs.pop("worker_init_fn", None))),
+        )
+    options.update(kwargs)
+    loader = StatefulDataLoader(dataset, **options)
+    if relay is not None:
+        relay.close_with(loader)
+        _LOG_RELAYS[loader] = relay
+    return loader
+
+
+def loader_batch_size(loader: Any) -> int:
+    """Samples per batch of ``loader``: the DataLoader's ``batch_size``, or its streaming dataset's
+    when the dataset assembles the batches (``streaming_dataloader``)."""
+    if loader.batch_size is not None:
+        return int(loader.batch_size)
+    size = getattr(loader.dataset, "batch_size", None)
+    if size is None:
+        raise ConfigError("this DataLoader yields single samples (batch_size=None and a dataset that does not batch)")
+    return int(size)
+
+
+_LOG_RELAYS: weakref.WeakKeyDictionary[Any, WorkerLogRelay] = weakref.WeakKeyDictionary()
+"""The worker-log relay of each loader ``streaming_dataloader`` built, closed by ``shutdown_dataloader``."""
+
+
+def shutdown_dataloader(loader: Any, *, within_s: float | None = None) -> None:
+    """Stop ``loader``'s worker processes now and wait for them.
+
+    Persistent workers otherwise live until the loader is garbage collected. This is the
+    shutdown torch runs when an iterator is collected (``_shutdown_workers``: tell each
+    worker to stop, join it for up to 5 s, terminate it if it has not stopped); idempotent,
+    and a no-op without workers. ``within_s``: a worker still running that long after the
+    shutdown began is terminated at once (with a warning naming it), instead of after torch's
+    5 s per worker: what a stop signal wants (``lerobot-nodes stream`` on SIGTERM/SIGINT).
+    """
+    iterator = getattr(loader, "_iterator", None)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        deadline = None
+        if within_s is not None and getattr(iterator, "_workers", None):
+            deadline = threading.Timer(within_s, _terminate_stragglers, args=(iterator, within_s))
+            deadline.daemon = True
+            deadline.start()
+        try:
+            shutdown()
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+                deadline.join()
+    if iterator is not None:
+        loader._iterator = None
+    relay = _LOG_RELAYS.pop(loader, None)
+    if relay is not None:
+        relay.close()  # after the workers: their last records are relayed first
+
+
+def _terminate_stragglers(iterator: Any, within_s: float) -> None:
+    # By pid: Process.is_alive() would read the worker's sentinel, which the main thread's join
+    # is reading at the same time (a forkserver worker's exit status is read once).
+    stragglers = []
+    for worker in iterator._workers:
+        try:
+            os.kill(worker.pid, 0)
+        except (ProcessLookupError, TypeError):
+            continue  # gone already (or never started)
+        stragglers.append(worker.pid)
+    if not stragglers:
+        return
+    # As torch's own shutdown does before it terminates a worker (the main thread is still joining
+    # one): forget the workers' pids, so that torch's SIGCHLD handler does not report a failure.
+    if getattr(iterator, "_worker_pids_set", False):
+        from torch.utils.data._utils import signal_handling
+
+        iterator._worker_pids_set = False
+        with contextlib.suppress(RuntimeError):  # the main thread got there first
+            signal_handling._remove_worker_pids(id(iterator))
+    for pid in stragglers:
+        logger.warning("DataLoader worker (pid %s) still running %.1f s after the shutdown began: terminated", pid, within_s)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+
+def start_worker_context() -> multiprocessing.context.BaseContext:
+    """Start the process DataLoader workers are forked from now, rather than at the first ``iter()``.
+
+    Called before the dataset and the policy are built, while this process runs no other
+    thread, it forks this process into the workers' server (``lerobot_nodes.workers.server``):
+    workers then arrive with torch, PyAV and this package imported, instead of waiting for a
+    new interpreter to import them (about 2 s here). ``lerobot-nodes train`` and ``stream``
+    and the ``lerobot-train`` drop-in call it when ``--num_workers`` > 0. Idempotent; returns
+    :func:`worker_context`. With ``spawn`` (no forkserver) it does nothing.
+    """
+    context = worker_context()
+    if isinstance(context, WorkerContext):
+        context.start_server()
+    return context
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """How DataLoader workers start: from a server process, never forked from a busy training process.
+
+    A worker forked from the training process once it has decoded video inherits FFmpeg
+    decoders whose threads stayed in the parent, and freeing them crashes the worker (LeRobot
+    trains with ``spawn`` for this reason). Workers are forked from a server instead: a copy
+    of this process made while it is still plain (:func:`start_worker_context`), or else a new
+    interpreter importing this package, which also makes the server end with the process that
+    started it (``lerobot_nodes.workers.lifeline``). ``spawn`` where there is no forkserver.
+    """
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        return WORKER_CONTEXT
+    return multiprocessing.get_context("spawn")

@@ -1,0 +1,95 @@
+"""The plain schedules a step resume is planned against: every old reader's, as its graph built it.
+
+Planning replays old schedules (sharder and pool sampler only, with the real byte costs from
+the MP4 indexes: metadata, no payload) to find what they delivered; :func:`plain_samplers`
+builds them exactly as :func:`~lerobot_nodes.streaming_graph.build_streaming_graph` does.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..config import StreamingConfig
+from ..fetch.episode_fetch import EpisodeFetcher, default_index_provider, preferring_opened
+from ..format.meta import DatasetMeta
+from ..mp4.index import VideoIndex
+from ..nodes.pool_sampler import EpisodePoolSampler
+from ..nodes.sharder import max_workers_for_rank, rank_worker_split
+from ..sources import ByteSource
+from ..streaming_graph import (
+    ReaderSlot,
+    SampleOptions,
+    SampleRuns,
+    ScheduleStart,
+    schedule_sampler,
+    schedule_sharder,
+)
+from .planning import SamplerFactory, Topology
+
+
+@dataclass(frozen=True)
+class RankSchedule:
+    """What planning needs of the rank's plain schedule: its episodes, topology, seed and samplers."""
+
+    episodes: Sequence[int]
+    lengths: Sequence[int]
+    rank: int
+    world_size: int
+    seed: int
+    samplers: Callable[[int], SamplerFactory]
+    """``world_size -> (rank, worker_id, num_workers) -> sampler``: plain schedules as the graph builds them."""
+
+    def workers_of_rank(self, old: Topology) -> Callable[[int], int]:
+        """Workers each old rank really had: ``streaming_dataloader`` clamps them to the episodes it owns."""
+
+        def workers(rank: int) -> int:
+            owned = max_workers_for_rank(self.episodes, self.lengths, rank, old.world_size, self.seed)
+            return min(old.num_workers, owned)
+
+        return workers
+
+
+def plain_samplers(
+    source: ByteSource,
+    meta: DatasetMeta,
+    episodes: Sequence[int],
+    config: StreamingConfig,
+    samples: SampleOptions,
+    seed: int,
+    opened_indexes: Mapping[str, VideoIndex] | None = None,
+) -> Callable[[int], SamplerFactory]:
+    """``world_size -> (rank, worker_id, num_workers) -> sampler``: the plain schedules of ``world_size``
+    ranks over ``episodes`` as the graph builds them (``opened_indexes`` served as they are)."""
+
+    def samplers(world_size: int) -> SamplerFactory:
+        runs = SampleRuns()
+        if meta.video_keys:
+            provider = default_index_provider(source, meta, config.streaming_sidecar_lock_timeout_s)
+            if opened_indexes:
+                provider = preferring_opened(provider, opened_indexes)
+            fetcher = EpisodeFetcher(
+                source,
+                meta,
+                episodes=episodes,
+                index_provider=provider,
+                lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
+            )
+            runs = SampleRuns.of(config, meta, samples.spec(meta), fetcher)
+        lengths = [int(meta.episodes.length[e]) for e in episodes]
+        schedule = ScheduleStart(seed=seed)
+
+        @functools.cache
+        def split(rank: int, num_workers: int) -> list[list[int]]:
+            return rank_worker_split(episodes, lengths, rank, world_size, num_workers, seed)
+
+        def make(rank: int, worker_id: int, num_workers: int) -> EpisodePoolSampler:
+            reader = ReaderSlot(rank, world_size, worker_id, num_workers)
+            # the worker's own split, computed once per rank
+            assigned = ScheduleStart(seed=seed, assigned=split(rank, num_workers)[worker_id])
+            return schedule_sampler(schedule_sharder(meta, episodes, reader, assigned), reader, config, schedule, runs)
+
+        return make
+
+    return samplers
