@@ -26,6 +26,7 @@ from ..mp4.index import VideoIndex
 from ..mp4.layout import Clip
 from ..mp4.plan import clip_gop_starts, plan_clip
 from ..sources import ByteRange, ByteSource
+from .row_groups import DEFAULT_MAX_BYTES, RowsRead, SharedRowGroups
 
 VideoIndexProvider = Callable[[Sequence[str]], Mapping[str, VideoIndex]]
 """``video paths -> {path: index}``: opens the indexes of the given video files."""
@@ -60,7 +61,7 @@ def preferring_opened(provider: VideoIndexProvider, opened: Mapping[str, VideoIn
 
 
 def direct_index_provider(source: ByteSource) -> VideoIndexProvider:
-    """Indexes parsed from each file's ``moov`` (two range reads per file, no cache)."""
+    """Indexes parsed from each file's ``moov`` (a small head read, then the ``moov``; no cache)."""
     from ..mp4 import read_index_from_source
 
     def from_moov(paths: Sequence[str]) -> Mapping[str, VideoIndex]:
@@ -124,7 +125,9 @@ class EpisodeFetcher:
 
     ``episodes`` (optional) are the episodes this reader will touch: the first index request
     opens the indexes of all their video files at once (one provider call), so a sidecar is
-    looked up once per worker, not once per file.
+    looked up once per worker, not once per file; and a data-Parquet row group several of them
+    share is read once per epoch, kept (at most ``row_group_bytes``) until the last of them is
+    fetched (:class:`~lerobot_nodes.fetch.row_groups.SharedRowGroups`).
     """
 
     def __init__(
@@ -136,11 +139,13 @@ class EpisodeFetcher:
         index_provider: VideoIndexProvider | None = None,
         materialize: ClipMaterializer | None = None,
         lock_timeout_s: float = 1800.0,
+        row_group_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.source = source
         self.meta = meta
         self.video_keys = list(meta.video_keys)
         self.rows = EpisodeTableReader(source, meta)
+        self.shared_rows = SharedRowGroups(self.rows, episodes, max_bytes=row_group_bytes)
         self._episodes = list(episodes) if episodes is not None else None
         self._index_provider = index_provider
         self._lock_timeout_s = lock_timeout_s
@@ -218,21 +223,32 @@ class EpisodeFetcher:
     # -- fetching ----------------------------------------------------------------------------
     def fetch(self, episode: int) -> EpisodePayload:
         """Range-read the rows and every camera's clip concurrently, then decode the rows and
-        materialise the clips. A failed read raises the first error in that order (rows, cameras)."""
+        materialise the clips. A failed read raises the first error in that order (rows, cameras).
+
+        Row groups the episode shares with other episodes of this reader come from (or go to)
+        :attr:`shared_rows`: each is read once per epoch."""
         rows_plan = self._rows_plan(episode)
         requests = self.clip_requests(episode) if self.video_keys else []
-        reads = [("Parquet rows", rows_plan.path, list(rows_plan.byte_ranges))]
-        reads += [(f"the {r.key} clip", r.path, list(r.plan.byte_ranges)) for r in requests]
-        chunks, *clips_chunks = self._read_all(episode, reads)
+
+        def read_rows() -> RowsRead:
+            return self.shared_rows.fetch(
+                episode, rows_plan, lambda path, ranges: self._read(episode, "Parquet rows", path, ranges)
+            )
+
+        def read_clip(request: ClipRequest) -> Callable[[], list[bytes]]:
+            return lambda: self._read(episode, f"the {request.key} clip", request.path, list(request.plan.byte_ranges))
+
+        reads: list[Callable[[], Any]] = [read_rows, *(read_clip(r) for r in requests)]
+        rows_read, *clips_chunks = self._run_all(reads)
         try:
-            data = self.rows.read(episode, rows_plan, chunks)
+            data = self.rows.decode_pieces(episode, rows_plan, rows_read.pieces, self.rows.footer(rows_plan.path))
         except Exception as exc:
             raise EpisodeFetchError(
                 f"episode {episode}: decoding its Parquet rows from {rows_plan.path} "
                 f"({describe_ranges(rows_plan.byte_ranges)}, row groups {rows_plan.row_groups}) failed: {exc}"
             ) from exc
         payload = EpisodePayload(
-            episode=episode, data=data, planned_bytes=rows_plan.size, fetched_bytes=sum(len(c) for c in chunks)
+            episode=episode, data=data, planned_bytes=rows_read.read_bytes, fetched_bytes=rows_read.read_bytes
         )
         if requests:
             materialize = self._materialize or _default_materializer()
@@ -252,13 +268,14 @@ class EpisodeFetcher:
                 payload.fetched_bytes += sum(len(chunk) for chunk in clip_chunks)
         return payload
 
-    def _read_all(self, episode: int, reads: list[tuple[str, str, list[ByteRange]]]) -> list[list[bytes]]:
-        """Every ``(what, path, ranges)`` read, concurrently when there are several (one thread
-        each, joined before returning): an episode's latency is its slowest file, not their sum."""
+    def _run_all(self, reads: list[Callable[[], Any]]) -> list[Any]:
+        """Every read, concurrently when there are several (one thread each, joined before
+        returning): an episode's latency is its slowest file, not their sum. Results (and the
+        first error) in the order given."""
         if len(reads) == 1:
-            return [self._read(episode, *reads[0])]
+            return [reads[0]()]
         with ThreadPoolExecutor(max_workers=len(reads), thread_name_prefix="lerobot-nodes-fetch-file") as pool:
-            futures = [pool.submit(self._read, episode, *read) for read in reads]
+            futures = [pool.submit(read) for read in reads]
             return [future.result() for future in futures]
 
     def _rows_plan(self, episode: int) -> EpisodeRowsPlan:
@@ -269,6 +286,8 @@ class EpisodeFetcher:
             raise EpisodeFetchError(f"episode {episode}: planning its Parquet rows in {path} failed: {exc}") from exc
 
     def _read(self, episode: int, what: str, path: str, ranges: list[ByteRange]) -> list[bytes]:
+        if not ranges:
+            return []
         try:
             return self.source.read_ranges(path, ranges)
         except Exception as exc:

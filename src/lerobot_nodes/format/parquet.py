@@ -1,16 +1,23 @@
 """Whole-episode tables from data Parquet files, read by byte range.
 
 An episode's rows are found by pruning row groups with their ``episode_index`` statistics
-(LeRobot writes one row group per episode), fetching only the surviving column chunks in one
-round trip, then filtering to the episode. Row groups without statistics stay candidates,
-so a file without useful bounds is read whole. The footer of each file is read once.
+(a row group may hold one episode or the end of one and the start of the next, as LeRobot's
+writers produce), fetching only the surviving column chunks in one round trip, then filtering
+to the episode. Row groups without statistics stay candidates, so a file without useful bounds
+is read whole. The footer of each file is read once and exactly: its 8-byte trailer, then the
+footer itself (row-group bytes a tail read may hold are served from it, never read again).
+
+Plans list each row group's byte ranges (:attr:`EpisodeRowsPlan.group_ranges`), so a reader of
+several episodes can fetch a row group they share once (``fetch.row_groups``); decoding takes
+any set of fetched pieces covering the planned row groups.
 """
 
 from __future__ import annotations
 
 import struct
 import threading
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,7 +30,11 @@ from ..sources.sparse_file import SparseFile
 from .episode_data import EpisodeData, episode_data_from_table
 from .meta import DatasetMeta
 
-_FOOTER_GUESS = 64 * 1024
+_FOOTER_GUESS = 8
+"""Tail bytes read first to find the footer: the footer length and magic only, so the second read
+is exactly the footer. A larger guess would save that round trip but read row-group bytes that
+each reader of the file (every DataLoader worker) pays for again, needed or not; what a larger
+guess does hold of row groups is served from it (:meth:`ParquetFooter.unread`), not read again."""
 _PARQUET_MAGIC = b"PAR1"
 
 
@@ -38,6 +49,19 @@ class ParquetFooter:
     footer_bytes: bytes
     """``footer_bytes`` is the file's tail from ``footer_start``: the footer and what precedes it."""
 
+    def known(self, start: int, end: int) -> bytes | None:
+        """``[start, end)`` of the file if the tail holds it."""
+        if start >= self.footer_start and end <= self.size:
+            return self.footer_bytes[start - self.footer_start : end - self.footer_start]
+        return None
+
+    def unread(self, byte_range: ByteRange) -> ByteRange | None:
+        """The part of ``byte_range`` the tail does not hold (``None``: all of it is held)."""
+        start, end = byte_range
+        if start >= self.footer_start:
+            return None
+        return (start, min(end, self.footer_start))
+
 
 @dataclass(frozen=True)
 class EpisodeRowsPlan:
@@ -46,6 +70,9 @@ class EpisodeRowsPlan:
     path: str
     row_groups: list[int]
     byte_ranges: list[ByteRange]
+    """What to read for this episode alone: the row groups' coalesced ranges, less the footer tail."""
+    group_ranges: dict[int, list[ByteRange]] = field(default_factory=dict)
+    """Per row group, the coalesced byte ranges of its column chunks (what decoding needs of it)."""
 
     @property
     def size(self) -> int:
@@ -59,16 +86,35 @@ class EpisodeTableReader:
         self.source = source
         self.meta = meta
         self._footers: dict[str, ParquetFooter] = {}
+        self._reading: dict[str, Future[ParquetFooter]] = {}
         self._lock = threading.Lock()
 
     def footer(self, path: str) -> ParquetFooter:
+        """The footer of ``path``, read once: concurrent first calls wait for one read (a failed
+        read is not kept, so a later call reads again)."""
         with self._lock:
             cached = self._footers.get(path)
-        if cached is not None:
-            return cached
-        footer = read_footer(self.source, path)
+            if cached is not None:
+                return cached
+            pending = self._reading.get(path)
+            if pending is None:
+                pending = self._reading[path] = Future()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            return pending.result()
+        try:
+            footer = read_footer(self.source, path)
+        except BaseException as exc:
+            with self._lock:
+                del self._reading[path]
+            pending.set_exception(exc)
+            raise
         with self._lock:
             self._footers[path] = footer
+            del self._reading[path]
+        pending.set_result(footer)
         return footer
 
     def plan(self, episode: int) -> EpisodeRowsPlan:
@@ -76,20 +122,30 @@ class EpisodeTableReader:
         path = self.meta.data_file(episode)
         footer = self.footer(path)
         groups = candidate_row_groups(footer.metadata, episode)
-        ranges = coalesce([column_chunk_range(footer.metadata, g, c) for g in groups for c in range(footer.metadata.num_columns)])
-        return EpisodeRowsPlan(path=path, row_groups=groups, byte_ranges=ranges)
+        group_ranges = {g: row_group_ranges(footer.metadata, g) for g in groups}
+        wanted = [footer.unread(r) for g in groups for r in group_ranges[g]]
+        ranges = coalesce([r for r in wanted if r is not None and r[1] > r[0]])
+        return EpisodeRowsPlan(path=path, row_groups=groups, byte_ranges=ranges, group_ranges=group_ranges)
 
     def read(self, episode: int, plan: EpisodeRowsPlan | None = None, chunks: list[bytes] | None = None) -> EpisodeData:
         """The episode's rows; ``chunks`` are the fetched bytes of ``plan.byte_ranges`` if already read."""
         plan = plan or self.plan(episode)
         if chunks is None:
-            chunks = self.source.read_ranges(plan.path, plan.byte_ranges)
+            chunks = self.source.read_ranges(plan.path, plan.byte_ranges) if plan.byte_ranges else []
         footer = self.footer(plan.path)
         return self.decode(episode, plan, chunks, footer)
 
     def decode(self, episode: int, plan: EpisodeRowsPlan, chunks: list[bytes], footer: ParquetFooter) -> EpisodeData:
-        ranges = {start: chunk for (start, _), chunk in zip(plan.byte_ranges, chunks, strict=False)}
-        ranges[footer.footer_start] = footer.footer_bytes
+        """Decode from ``chunks``, the bytes of ``plan.byte_ranges`` (the footer tail supplies the rest)."""
+        pieces = {start: chunk for (start, _), chunk in zip(plan.byte_ranges, chunks, strict=False)}
+        return self.decode_pieces(episode, plan, pieces, footer)
+
+    def decode_pieces(
+        self, episode: int, plan: EpisodeRowsPlan, pieces: dict[int, bytes], footer: ParquetFooter
+    ) -> EpisodeData:
+        """Decode from ``pieces`` (``{start: bytes}``, any split, overlaps allowed) that, with the
+        footer tail, cover the ranges of every planned row group."""
+        ranges = join_pieces({**pieces, footer.footer_start: footer.footer_bytes})
         sparse = SparseFile(plan.path, footer.size, ranges)
         try:
             table = pq.ParquetFile(sparse, metadata=footer.metadata).read_row_groups(plan.row_groups)
@@ -115,7 +171,7 @@ def episode_rows(table: pa.Table, meta: DatasetMeta, episode: int, path: str) ->
 
 
 def read_footer(source: ByteSource, path: str) -> ParquetFooter:
-    """Parse the footer of ``path`` with one range read (two if the footer is large)."""
+    """Parse the footer of ``path``: its trailer, then exactly the footer (two range reads)."""
     size = source.info(path).size
     if size < 12:
         raise MetadataError(f"{path} is too small to be a Parquet file ({size} bytes)")
@@ -128,17 +184,19 @@ def read_footer(source: ByteSource, path: str) -> ParquetFooter:
     if footer_start < 4:
         raise MetadataError(f"{path}: Parquet footer length {footer_length} does not fit in {size} bytes")
     if footer_start < tail_start:
-        tail = source.read_range(path, footer_start, size)
+        # Only the part the first read missed: exactly the footer.
+        tail = source.read_range(path, footer_start, tail_start) + tail
         tail_start = footer_start
-    # pyarrow reads a speculative 64 KiB tail, so keep the whole tail, not just the footer.
-    footer_bytes = tail
-    footer_start = tail_start
-    sparse = SparseFile(path, size, {footer_start: footer_bytes})
+    # The footer alone, framed as a file of its own: pyarrow parses it without a speculative
+    # read of bytes that were not fetched (decoding is given this metadata and reads no footer).
+    footer = tail[footer_start - tail_start : size - 8 - tail_start]
+    framed = _PARQUET_MAGIC + footer + struct.pack("<I", footer_length) + _PARQUET_MAGIC
     try:
-        metadata = pq.ParquetFile(sparse).metadata
+        metadata = pq.ParquetFile(pa.BufferReader(framed)).metadata
     except (pa.ArrowException, OSError) as exc:
         raise MetadataError(f"{path}: malformed Parquet footer: {exc}") from None
-    return ParquetFooter(path=path, size=size, metadata=metadata, footer_start=footer_start, footer_bytes=footer_bytes)
+    # The whole tail is kept: the row-group bytes it holds are served from it.
+    return ParquetFooter(path=path, size=size, metadata=metadata, footer_start=tail_start, footer_bytes=tail)
 
 
 def _episode_column(metadata: pq.FileMetaData) -> int | None:
@@ -158,6 +216,37 @@ def candidate_row_groups(metadata: pq.FileMetaData, episode: int) -> list[int]:
             continue
         groups.append(g)
     return groups
+
+
+def row_group_ranges(metadata: pq.FileMetaData, group: int) -> list[ByteRange]:
+    """The coalesced byte ranges of every column chunk of row group ``group`` (usually one)."""
+    return coalesce([column_chunk_range(metadata, group, c) for c in range(metadata.num_columns)])
+
+
+def join_pieces(pieces: dict[int, bytes]) -> dict[int, bytes]:
+    """``{start: bytes}`` with touching or overlapping pieces joined, so a read spanning pieces
+    fetched separately (e.g. a column chunk split by the footer tail) finds one contiguous run.
+    A piece that touches no other is kept as is (no copy)."""
+    runs: list[tuple[int, int, list[tuple[int, bytes]]]] = []  # (start, end, pieces)
+    for start in sorted(pieces):
+        data = pieces[start]
+        end = start + len(data)
+        if runs and start <= runs[-1][1]:
+            run_start, run_end, members = runs[-1]
+            members.append((start, data))
+            runs[-1] = (run_start, max(run_end, end), members)
+        else:
+            runs.append((start, end, [(start, data)]))
+    joined: dict[int, bytes] = {}
+    for run_start, run_end, members in runs:
+        if len(members) == 1:
+            joined[run_start] = members[0][1]
+            continue
+        run = bytearray(run_end - run_start)
+        for start, data in members:
+            run[start - run_start : start - run_start + len(data)] = data
+        joined[run_start] = bytes(run)
+    return joined
 
 
 def column_chunk_range(metadata: pq.FileMetaData, group: int, column: int) -> ByteRange:

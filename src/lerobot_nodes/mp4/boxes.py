@@ -6,9 +6,13 @@ Guarantees:
   :class:`~lerobot_nodes.errors.VideoIndexError` naming the file, never ``IndexError`` or
   ``struct.error``, and every loop advances by at least one header (no hang);
 - :func:`locate_moov` finds ``moov`` in **at most two** ``read_ranges`` round trips for the
-  layouts FFmpeg writes (``ftyp [free] mdat moov`` and ``ftyp moov [free] mdat``): the first
-  round trip reads a head and a tail window together; the second, when needed, reads the rest
-  of the ``moov``.
+  layouts FFmpeg writes (``ftyp [free] mdat moov``, LeRobot's and FFmpeg's default, and
+  ``ftyp moov [free] mdat`` with faststart), reading little beyond the ``moov`` itself: the first
+  round trip reads a small head window (``ftyp``, the ``mdat`` header, or the start of a faststart
+  ``moov``); the second reads exactly the bytes the box headers say are still missing: the rest
+  of a faststart ``moov``, or everything after ``mdat`` (which is the ``moov`` in FFmpeg's layout).
+  Nothing of the ``mdat`` payload is read beyond the head window, so streaming readers that fetch
+  the payload by sample range do not pay for it twice.
 """
 
 from __future__ import annotations
@@ -20,16 +24,22 @@ from dataclasses import dataclass
 from ..errors import VideoIndexError
 from ..sources import ByteRange
 
-HEAD_WINDOW = 64 * 1024
-"""Bytes read from the start of the file in the first round trip (ftyp, moov when faststart)."""
+HEAD_WINDOW = 4 * 1024
+"""Bytes read from the start of the file in the first round trip: ``ftyp``, ``free`` and the
+``mdat`` header (FFmpeg writes about 56 bytes before the payload), or ``ftyp`` and a small
+faststart ``moov``. Kept small: in the ``mdat``-first layout every byte past the ``mdat`` header
+is payload that episode reads fetch again."""
 
-TAIL_WINDOW = 64 * 1024
-"""Bytes read from the end of the file in the same round trip (a small trailing moov)."""
+TAIL_WINDOW = 0
+"""Bytes read speculatively from the end of the file in the first round trip (0: none). A
+trailing ``moov`` is read exactly once the ``mdat`` header has given its position, which costs
+the same number of HTTP requests (a first read of a remote file is sequential anyway) and no
+payload byte."""
 
-# When the box after mdat starts before the tail window, the rest of the file is read in one
-# go (it is the moov in every FFmpeg layout). Past this size a header window is read instead,
-# so a file with a second huge mdat costs an extra round trip rather than its whole payload.
-_MAX_OPEN_ENDED_READ = 512 * 1024 * 1024
+# When the box after mdat is not read yet, the rest of the file is read in one go (it is the
+# moov in every FFmpeg layout, so this is exactly the moov). Past this size a header window is
+# read instead, so a file with a second huge mdat costs an extra round trip, not its payload.
+_MAX_OPEN_ENDED_READ = 64 * 1024 * 1024
 # Round trips allowed for unusual layouts (many top-level boxes after mdat) before giving up.
 _MAX_ROUND_TRIPS = 8
 
@@ -197,16 +207,24 @@ def locate_moov(
 
     if file_size <= head_window + tail_window:
         fetch([(0, file_size)])
-    else:
+    elif tail_window:
         fetch([(0, head_window), (file_size - tail_window, file_size)])
+    else:
+        fetch([(0, head_window)])
 
     top_level: list[str] = []
     position = 0
+    after_mdat = False
     while position < file_size:
         header = windows.get(position, min(position + 16, file_size))
         if header is None:
             remaining = file_size - position
-            end = file_size if remaining <= _MAX_OPEN_ENDED_READ else position + head_window
+            if after_mdat and remaining <= _MAX_OPEN_ENDED_READ:
+                # FFmpeg's layout: the moov fills the rest of the file, so this is exactly it.
+                end = file_size
+            else:
+                # A header window: the next box may be an mdat whose payload is not wanted.
+                end = min(file_size, position + max(head_window, HEAD_WINDOW))
             fetch([(position, windows.unread_end(position, end))])
             continue
         # Parse against the file bounds: the header bytes are all that is needed.
@@ -225,5 +243,6 @@ def locate_moov(
             return MoovLocation(moov, box.start, file_size, tuple(top_level), round_trips)
         if box.type == "moof":
             raise VideoIndexError(f"{where}: fragmented MP4 (moof box at byte {box.start}) is not supported")
+        after_mdat = box.type == "mdat"
         position = box.end
     raise VideoIndexError(f"{where}: no moov box (top-level boxes: {', '.join(top_level) or 'none'})")
