@@ -2,26 +2,37 @@
 
 :func:`load_meta` reads ``meta/info.json``, every ``meta/episodes/chunk-*/file-*.parquet``,
 ``meta/tasks.parquet`` and ``meta/stats.json`` and checks them against each other. Episodes
-are held column-wise (numpy arrays), so a dataset with a million episodes stays compact.
-Every error names the file (and episode) it concerns.
+are held column-wise (numpy arrays, tasks as one vocabulary and integer ids), so a dataset with
+a million episodes stays compact. Of ``meta/episodes`` only the columns this package uses are
+read (:func:`episode_columns`; the ~200 per-episode ``stats/...`` columns are never fetched
+when opening, :func:`load_episode_columns` reads any column on demand). Every error names the
+file (and episode) it concerns.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import io
 import json
+import operator
+import os
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError, MetadataError, SourceFileNotFoundError, UnsupportedVersionError
-from ..sources import ByteSource
+from ..sources import ByteSource, FileInfo, LocalSource
+from ..sources.listed import ListedHttpSource
+from .parquet_columns import read_columns
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -34,6 +45,15 @@ _EPISODE_FILE_PATTERN = re.compile(r"^meta/episodes/chunk-\d+/file-\d+\.parquet$
 # Episode spans are float seconds accumulated over many encodes; allow this much slack when
 # checking that consecutive spans in one video file meet.
 _SPAN_SLACK_S = 1e-4
+# The meta/episodes columns every dataset must have (videos/<key>/... too, per video key).
+EPISODE_INT_COLUMNS = (
+    "episode_index", "length", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index",
+)
+# Read when present; an episode of a file without it has no tasks.
+EPISODE_OPTIONAL_COLUMNS = ("tasks",)
+# Episode files read at once: local reads are CPU-bound (decode), remote ones wait on round trips.
+_LOCAL_READERS = 4
+_REMOTE_READERS = 8
 
 
 @dataclass(frozen=True)
@@ -46,6 +66,65 @@ class VideoSpans:
     to_timestamp: np.ndarray
 
 
+class EpisodeTasks(Sequence[list[str]]):
+    """Every episode's ``tasks`` list, held compactly: episode ``e``'s tasks are
+    ``names[i] for i in ids[offsets[e]:offsets[e + 1]]`` (one string per distinct task, not
+    one Python list per episode). Indexing gives a fresh ``list[str]``."""
+
+    __slots__ = ("offsets", "ids", "names")
+
+    def __init__(self, offsets: np.ndarray, ids: np.ndarray, names: Sequence[str | None]) -> None:
+        self.offsets = offsets
+        self.ids = ids
+        self.names = list(names)
+
+    @classmethod
+    def from_lists(cls, lists: Iterable[Iterable[str | None]]) -> EpisodeTasks:
+        vocabulary: dict[str | None, int] = {}
+        lengths: list[int] = []
+        ids: list[int] = []
+        for episode_tasks in lists:
+            listed = list(episode_tasks)
+            lengths.append(len(listed))
+            ids.extend(vocabulary.setdefault(t, len(vocabulary)) for t in listed)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(offsets, np.asarray(ids, dtype=np.int32), list(vocabulary))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = operator.index(index)
+        count = len(self)
+        if i < 0:
+            i += count
+        if not 0 <= i < count:
+            raise IndexError(f"episode {index} out of range ({count} episodes)")
+        names = self.names
+        return [names[j] for j in self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()]
+
+    def __iter__(self) -> Iterator[list[str]]:
+        names, ids, bounds = self.names, self.ids.tolist(), self.offsets.tolist()
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            yield [names[j] for j in ids[start:stop]]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == list(b) for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def tolist(self) -> list[list[str]]:
+        return list(self)
+
+    def __repr__(self) -> str:
+        return f"EpisodeTasks({len(self)} episodes, {len(self.names)} distinct tasks)"
+
+
 @dataclass(frozen=True)
 class EpisodeTable:
     """The selected columns of ``meta/episodes``, one entry per episode, positional."""
@@ -56,7 +135,7 @@ class EpisodeTable:
     dataset_to_index: np.ndarray
     data_chunk_index: np.ndarray
     data_file_index: np.ndarray
-    tasks: list[list[str]]
+    tasks: EpisodeTasks
     videos: dict[str, VideoSpans]
 
     def __len__(self) -> int:
@@ -147,12 +226,30 @@ class DatasetMeta:
 
     def data_files(self, episodes: Iterable[int] | None = None) -> list[str]:
         """Sorted distinct data files of ``episodes`` (all episodes when ``None``)."""
-        chosen = range(len(self.episodes)) if episodes is None else episodes
-        return sorted({self.data_file(int(e)) for e in chosen})
+        chosen = self._chosen(episodes)
+        template = str(self.info["data_path"])
+        pairs = _distinct_pairs(self.episodes.data_chunk_index, self.episodes.data_file_index, chosen)
+        return sorted({template.format(chunk_index=c, file_index=f) for c, f in pairs})
 
     def video_files(self, episodes: Iterable[int] | None = None) -> list[str]:
-        chosen = list(range(len(self.episodes)) if episodes is None else episodes)
-        return sorted({self.video_file(int(e), k) for k in self.video_keys for e in chosen})
+        chosen = self._chosen(episodes)
+        paths: set[str] = set()
+        template = str(self.info.get("video_path"))
+        for key in self.video_keys:
+            spans = self.episodes.videos[key]
+            for c, f in _distinct_pairs(spans.chunk_index, spans.file_index, chosen):
+                paths.add(template.format(video_key=key, chunk_index=c, file_index=f))
+        return sorted(paths)
+
+    def _chosen(self, episodes: Iterable[int] | None) -> np.ndarray | None:
+        if episodes is None:
+            return None
+        return np.fromiter((int(e) for e in episodes), dtype=np.int64)
+
+    def read_episode_columns(self, columns: Sequence[str]) -> pa.Table:
+        """Columns of ``meta/episodes`` that opening leaves unread (the per-episode ``stats/...``
+        columns, ``meta/episodes/...``), read now; see :func:`load_episode_columns`."""
+        return load_episode_columns(self.source, columns)
 
     def summary(self) -> str:
         lines = [
@@ -165,6 +262,18 @@ class DatasetMeta:
         for key, feature in self.features.items():
             lines.append(f"    {key}: {feature['dtype']} {tuple(feature.get('shape') or ())}")
         return "\n".join(lines)
+
+
+def _distinct_pairs(chunks: np.ndarray, files: np.ndarray, chosen: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """The distinct ``(chunk, file)`` pairs of the ``chosen`` positions (all when ``None``), in
+    order of first appearance. Episodes of one file are neighbours, so only run starts are visited."""
+    if chosen is not None:
+        chunks, files = chunks[chosen], files[chosen]
+    if len(chunks) == 0:
+        return []
+    starts = np.flatnonzero((chunks[1:] != chunks[:-1]) | (files[1:] != files[:-1])) + 1
+    starts = np.concatenate([[0], starts])
+    return list(dict.fromkeys(zip(chunks[starts].tolist(), files[starts].tolist(), strict=True)))
 
 
 def _is_depth(feature: dict[str, Any]) -> bool:
@@ -190,7 +299,29 @@ def load_meta(source: ByteSource, repo_id: str | None = None, check_files: bool 
     _check_totals(meta)
     if check_files:
         _check_files_exist(meta)
+    release_free_heap()
     return meta
+
+
+def release_free_heap() -> None:
+    """Give memory freed while reading the metadata back to the system: Arrow's pool's unused
+    memory, and the C heap's free pages where the C library is glibc (``malloc_trim(0)``)."""
+    pa.default_memory_pool().release_unused()
+    trim = _glibc_malloc_trim()
+    if trim is not None:
+        trim()
+
+
+@functools.cache
+def _glibc_malloc_trim() -> Callable[[], object] | None:
+    # The same ctypes call as nodes.heap_trimmer.glibc_malloc_trim (format/ may not import nodes/).
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return functools.partial(trim, 0)
 
 
 def _read_json(source: ByteSource, path: str) -> Any:
@@ -270,41 +401,124 @@ def _float_column(table: pa.Table, name: str, path: str) -> np.ndarray:
     return np.asarray(table.column(name).to_numpy(), dtype=np.float64)
 
 
-def load_episodes(source: ByteSource, info: dict[str, Any]) -> EpisodeTable:
-    """Every ``meta/episodes`` file, concatenated in path order; ``stats/`` columns dropped."""
-    files = [f.path for f in source.list_files(EPISODES_DIR) if _EPISODE_FILE_PATTERN.match(f.path)]
+def episode_columns(info: dict[str, Any]) -> list[str]:
+    """The ``meta/episodes`` columns :func:`load_episodes` reads for a dataset with ``info``;
+    no other column's bytes are fetched."""
+    video_keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    names = [*EPISODE_INT_COLUMNS, *EPISODE_OPTIONAL_COLUMNS]
+    for key in video_keys:
+        names += [f"videos/{key}/{n}" for n in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
+    return names
+
+
+def _episode_files(source: ByteSource) -> list[FileInfo]:
+    files = [f for f in source.list_files(EPISODES_DIR) if _EPISODE_FILE_PATTERN.match(f.path)]
     if not files:
         hint = ""
         if source.exists(LEGACY_EPISODES_PATH):
             hint = " (found meta/episodes.jsonl: this looks like a v2.x dataset; convert it to v3.0)"
         raise MetadataError(f"no meta/episodes/chunk-*/file-*.parquet files in {source.url}{hint}")
+    return files
+
+
+def _whole_meta_files(source: ByteSource) -> bool:
+    """Whether ``meta/`` files are better read whole: listed remote stores keep whole ``meta/``
+    files in a local cache keyed by content, so a whole read costs nothing after the first open
+    (and works offline), while range reads would go to the network every time."""
+    return isinstance(source, ListedHttpSource)
+
+
+def _map_files(source: ByteSource, files: Sequence[FileInfo], read: Callable[[FileInfo], Any]) -> list[Any]:
+    """``read`` of every file, in file order, a few at a time (the first error in file order raises)."""
+    limit = min(os.cpu_count() or 1, _LOCAL_READERS) if isinstance(source, LocalSource) else _REMOTE_READERS
+    workers = max(1, min(limit, len(files)))
+    if workers == 1:
+        return [read(f) for f in files]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lerobot-nodes-meta") as pool:
+        return list(pool.map(read, files))
+
+
+@dataclass
+class _EpisodeFileColumns:
+    """What one ``meta/episodes`` file contributes: numpy columns and its episodes' tasks."""
+
+    rows: int
+    columns: dict[str, np.ndarray]
+    task_lengths: np.ndarray
+    task_ids: np.ndarray
+    task_names: list[str | None]
+
+
+def _task_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """Per-episode task counts, task ids into a file-local vocabulary, and that vocabulary."""
+    if "tasks" not in table.column_names:
+        return np.zeros(table.num_rows, dtype=np.int64), np.zeros(0, dtype=np.int64), []
+    column = table.column("tasks")
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)):
+        compact = EpisodeTasks.from_lists(list(t or []) for t in column.to_pylist())
+        return np.diff(compact.offsets), compact.ids.astype(np.int64), compact.names
+    lengths = np.asarray(pc.list_value_length(column).fill_null(0).to_numpy(), dtype=np.int64)
+    flat = pc.list_flatten(column)
+    flat = flat.combine_chunks() if isinstance(flat, pa.ChunkedArray) else flat
+    if len(flat) == 0:
+        return lengths, np.zeros(0, dtype=np.int64), []
+    encoded = flat.dictionary_encode()
+    names = encoded.dictionary.to_pylist()
+    indices = encoded.indices
+    if indices.null_count:
+        indices = indices.fill_null(len(names))
+        names.append(None)
+    return lengths, np.asarray(indices.to_numpy(), dtype=np.int64), names
+
+
+def _read_episode_file(
+    source: ByteSource, file: FileInfo, int_names: Sequence[str], float_names: Sequence[str], whole: bool
+) -> _EpisodeFileColumns:
+    path = file.path
+    wanted = [*int_names, *float_names, *EPISODE_OPTIONAL_COLUMNS]
+    table = read_columns(source, path, wanted, size=file.size, whole_file=whole).table
+    columns = {name: _int_column(table, name, path) for name in int_names}
+    columns.update({name: _float_column(table, name, path) for name in float_names})
+    lengths, ids, names = _task_lists(table)
+    return _EpisodeFileColumns(table.num_rows, columns, lengths, ids, names)
+
+
+def _merge_tasks(parts: Sequence[_EpisodeFileColumns]) -> EpisodeTasks:
+    vocabulary: dict[str | None, int] = {}
+    ids = []
+    for part in parts:
+        remap = np.fromiter(
+            (vocabulary.setdefault(name, len(vocabulary)) for name in part.task_names), dtype=np.int32,
+            count=len(part.task_names),
+        )
+        ids.append(remap[part.task_ids])
+    lengths = np.concatenate([part.task_lengths for part in parts])
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return EpisodeTasks(offsets, np.concatenate(ids).astype(np.int32, copy=False), list(vocabulary))
+
+
+def load_episodes(source: ByteSource, info: dict[str, Any]) -> EpisodeTable:
+    """Every ``meta/episodes`` file, concatenated in path order; only :func:`episode_columns` read."""
+    files = _episode_files(source)
     video_keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
-    columns: dict[str, list[np.ndarray]] = {}
-    tasks: list[list[str]] = []
-    int_names = [
-        "episode_index", "length", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index",
-    ]
+    int_names = list(EPISODE_INT_COLUMNS)
     for key in video_keys:
         int_names += [f"videos/{key}/chunk_index", f"videos/{key}/file_index"]
     float_names = [name for key in video_keys for name in (f"videos/{key}/from_timestamp", f"videos/{key}/to_timestamp")]
-    for path in files:
-        table = _read_parquet(source, path)
-        for name in int_names:
-            columns.setdefault(name, []).append(_int_column(table, name, path))
-        for name in float_names:
-            columns.setdefault(name, []).append(_float_column(table, name, path))
-        if "tasks" in table.column_names:
-            tasks.extend([list(t or []) for t in table.column("tasks").to_pylist()])
-        else:
-            tasks.extend([[] for _ in range(table.num_rows)])
-    merged = {name: np.concatenate(parts) for name, parts in columns.items()}
+    whole = _whole_meta_files(source)
+    parts = _map_files(source, files, lambda f: _read_episode_file(source, f, int_names, float_names, whole))
+    merged = {name: np.concatenate([part.columns[name] for part in parts]) for name in [*int_names, *float_names]}
+    tasks = _merge_tasks(parts)
+    del parts
     episode_index = merged["episode_index"]
     expected = np.arange(len(episode_index))
     if not np.array_equal(episode_index, expected):
         bad = int(np.flatnonzero(episode_index != expected)[0])
         raise MetadataError(
             f"meta/episodes rows must be ordered by episode_index 0..N-1: row {bad} holds episode "
-            f"{int(episode_index[bad])} (files {', '.join(files)})"
+            f"{int(episode_index[bad])} (files {', '.join(f.path for f in files)})"
         )
     videos = {
         key: VideoSpans(
@@ -327,6 +541,32 @@ def load_episodes(source: ByteSource, info: dict[str, Any]) -> EpisodeTable:
     )
     _check_episode_rows(table)
     return table
+
+
+def load_episode_columns(source: ByteSource, columns: Sequence[str]) -> pa.Table:
+    """Any ``columns`` of ``meta/episodes`` (e.g. per-episode ``stats/<feature>/<stat>``), one row
+    per episode in episode order, reading only those columns' bytes. A column some files lack is
+    null in their rows; a column no file has is an error naming it."""
+    files = _episode_files(source)
+    whole = _whole_meta_files(source)
+    reads = _map_files(source, files, lambda f: read_columns(source, f.path, columns, size=f.size, whole_file=whole))
+    missing = [name for name in columns if not any(name in r.schema.names for r in reads)]
+    if missing:
+        raise MetadataError(f"meta/episodes in {source.url} has no column {', '.join(map(repr, missing))}")
+    types: dict[str, pa.DataType] = {}
+    for read in reads:
+        for field in read.schema:
+            types.setdefault(field.name, field.type)
+    schema = pa.schema([pa.field(name, types[name]) for name in columns])
+    tables = []
+    for read in reads:
+        table = read.table
+        arrays = [
+            table.column(name) if name in table.column_names else pa.nulls(table.num_rows, types[name])
+            for name in columns
+        ]
+        tables.append(pa.Table.from_arrays(arrays, schema=schema))
+    return pa.concat_tables(tables)
 
 
 def _check_episode_rows(table: EpisodeTable) -> None:
@@ -421,11 +661,30 @@ def _check_files_exist(meta: DatasetMeta) -> None:
     listed = {f.path for f in meta.source.list_files("data/")}
     if meta.video_keys:
         listed |= {f.path for f in meta.source.list_files("videos/")}
-    for episode in range(len(meta.episodes)):
-        needed = [meta.data_file(episode)] + [meta.video_file(episode, key) for key in meta.video_keys]
-        for path in needed:
+    episodes = meta.episodes
+    # (first episode needing the file, data before each camera in feature order, path)
+    missing: list[tuple[int, int, str]] = []
+    kinds: list[tuple[np.ndarray, np.ndarray, str | None]] = [
+        (episodes.data_chunk_index, episodes.data_file_index, None)
+    ]
+    kinds += [(episodes.videos[k].chunk_index, episodes.videos[k].file_index, k) for k in meta.video_keys]
+    for order, (chunks, files, key) in enumerate(kinds):
+        if len(chunks) == 0:
+            continue
+        starts = np.flatnonzero((chunks[1:] != chunks[:-1]) | (files[1:] != files[:-1])) + 1
+        starts = np.concatenate([[0], starts])
+        seen: set[tuple[int, int]] = set()
+        for episode, chunk, file in zip(starts.tolist(), chunks[starts].tolist(), files[starts].tolist(), strict=True):
+            if (chunk, file) in seen:
+                continue
+            seen.add((chunk, file))
+            path = meta.data_file(episode) if key is None else meta.video_file(episode, key)
             if path not in listed:
-                raise MetadataError(f"episode {episode} needs {path}, which is missing from {meta.source.url}")
+                missing.append((episode, order, path))
+                break  # later runs of this kind start at later episodes
+    if missing:
+        episode, _, path = min(missing)
+        raise MetadataError(f"episode {episode} needs {path}, which is missing from {meta.source.url}")
 
 
 # -- episode selection -------------------------------------------------------------------

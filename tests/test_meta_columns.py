@@ -1,0 +1,257 @@
+"""``meta/episodes`` is read column-pruned: only the columns the package uses, never the
+per-episode ``stats/...`` columns (issue 28), checked on real Parquet files through a source
+that records every byte range it serves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lerobot_nodes import MetadataError, load_meta
+from lerobot_nodes.format.meta import EpisodeTasks, episode_columns, load_episode_columns
+from lerobot_nodes.format.parquet_columns import read_columns
+from lerobot_nodes.sources import LocalSource
+from lerobot_nodes.testing import write_dataset
+
+TAIL_GUESS = 64 * 1024  # the first footer read: the file's last 64 KiB
+EXTRA_STATS = 60  # stats/... columns added to every episodes file, on top of the writer's
+EXTRA_WIDTH = 400  # doubles per extra stats value
+
+
+class RecordingSource(LocalSource):
+    """A local dataset root that remembers what it served: whole files and byte ranges."""
+
+    def __init__(self, root) -> None:
+        super().__init__(root)
+        self.whole: list[str] = []
+        self.ranges: list[tuple[str, int, int]] = []
+
+    def _read_file(self, path):
+        self.whole.append(path)
+        return super()._read_file(path)
+
+    def _read_ranges(self, path, ranges):
+        self.ranges.extend((path, start, end) for start, end in ranges)
+        return super()._read_ranges(path, ranges)
+
+    def served(self, path: str) -> list[tuple[int, int]]:
+        return [(start, end) for p, start, end in self.ranges if p == path]
+
+
+def _chunk_range(metadata: pq.FileMetaData, group: int, column: int) -> tuple[int, int]:
+    chunk = metadata.row_group(group).column(column)
+    start = chunk.data_page_offset
+    if chunk.has_dictionary_page and chunk.dictionary_page_offset:
+        start = min(start, chunk.dictionary_page_offset)
+    return start, start + chunk.total_compressed_size
+
+
+def _top_level_name(metadata: pq.FileMetaData, column: int) -> str:
+    """The top-level field a leaf belongs to (names hold dots, so match against the schema)."""
+    path = metadata.schema.column(column).path
+    names = metadata.schema.to_arrow_schema().names
+    return max((n for n in names if path == n or path.startswith(n + ".")), key=len)
+
+
+def _overlap(ranges: list[tuple[int, int]], targets: list[tuple[int, int]]) -> int:
+    total = 0
+    for start, end in ranges:
+        for t_start, t_end in targets:
+            total += max(0, min(end, t_end) - max(start, t_start))
+    return total
+
+
+def _add_stats_columns(path, count: int = EXTRA_STATS, width: int = EXTRA_WIDTH) -> None:
+    """Append ``count`` wide ``stats/extra_i/mean`` columns to an episodes file, keeping its
+    row groups of 10 rows (as LeRobot writes them)."""
+    table = pq.read_table(path)
+    rng = np.random.default_rng(0)
+    rows = table.num_rows
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int32) * width)
+    for i in range(count):
+        values = pa.ListArray.from_arrays(offsets, pa.array(rng.standard_normal(rows * width)))
+        table = table.append_column(f"stats/extra_{i}/mean", values)
+    pq.write_table(table, path, row_group_size=10, compression="snappy")
+
+
+def _episode_files(root) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in (root / "meta" / "episodes").rglob("*.parquet"))
+
+
+@pytest.fixture(scope="module")
+def wide_dataset(tmp_path_factory):
+    """12 episodes whose metadata rolled over into several files, each with ~150 stats columns."""
+    root = write_dataset(
+        tmp_path_factory.mktemp("wide") / "ds",
+        num_episodes=12,
+        episode_lengths=[3, 4, 5, 6, 3, 4, 5, 6, 3, 4, 5, 6],
+        height=16,
+        width=16,
+        data_file_size_in_mb=0.03,
+    )
+    expected = load_meta(LocalSource(root))
+    for path in _episode_files(root):
+        _add_stats_columns(root / path)
+    return root, expected
+
+
+def test_opening_reads_no_stats_column(wide_dataset):
+    root, expected = wide_dataset
+    files = _episode_files(root)
+    assert len(files) > 1, "the fixture should roll the episode metadata over into several files"
+    source = RecordingSource(root)
+    meta = load_meta(source)
+
+    assert not [p for p in source.whole if p.startswith("meta/episodes/")]
+    needed = set(episode_columns(meta.info))
+    stats_total = 0
+    for path in files:
+        metadata = pq.read_metadata(root / path)
+        stats, wanted = [], []
+        for column in range(metadata.num_columns):
+            name = _top_level_name(metadata, column)
+            ranges = [_chunk_range(metadata, g, column) for g in range(metadata.num_row_groups)]
+            if name.startswith("stats/"):
+                stats += ranges
+            elif name in needed:
+                wanted += ranges
+        served = source.served(path)
+        stats_bytes = sum(end - start for start, end in stats)
+        stats_total += stats_bytes
+        # Stats bytes are fetched only where they sit inside the first footer read (the last 64 KiB).
+        assert _overlap(served, stats) <= TAIL_GUESS, path
+        assert _overlap(served, wanted) == sum(end - start for start, end in wanted), path
+    assert stats_total > 4 * TAIL_GUESS * len(files)  # the check above has bytes to miss
+    read = sum(end - start for p, start, end in source.ranges if p.startswith("meta/episodes/"))
+    on_disk = sum((root / p).stat().st_size for p in files)
+    assert read < on_disk / 3
+
+    # Same metadata as before the stats columns were added.
+    for name in ("episode_index", "length", "dataset_from_index", "dataset_to_index", "data_chunk_index", "data_file_index"):
+        np.testing.assert_array_equal(getattr(meta.episodes, name), getattr(expected.episodes, name))
+    assert meta.episodes.videos.keys() == expected.episodes.videos.keys()
+    for key, spans in meta.episodes.videos.items():
+        for field in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
+            np.testing.assert_array_equal(getattr(spans, field), getattr(expected.episodes.videos[key], field))
+    whole = pa.concat_tables([pq.read_table(root / p, columns=["tasks"]) for p in files])
+    assert list(meta.episodes.tasks) == whole.column("tasks").to_pylist() == list(expected.episodes.tasks)
+    assert meta.tasks == expected.tasks and meta.data_files() == expected.data_files()
+    assert meta.video_files() == expected.video_files()
+
+
+def test_episode_arrays_are_numpy_and_tasks_compact(wide_dataset):
+    root, _ = wide_dataset
+    episodes = load_meta(LocalSource(root)).episodes
+    for name in ("episode_index", "length", "dataset_from_index", "dataset_to_index", "data_chunk_index", "data_file_index"):
+        array = getattr(episodes, name)
+        assert isinstance(array, np.ndarray) and array.dtype == np.int64
+    for spans in episodes.videos.values():
+        assert spans.from_timestamp.dtype == spans.to_timestamp.dtype == np.float64
+    tasks = episodes.tasks
+    assert isinstance(tasks, EpisodeTasks) and isinstance(tasks.ids, np.ndarray)
+    assert len(tasks.names) == len(set(tasks.names)) <= 3  # one string per distinct task
+    assert len(tasks.offsets) == len(episodes) + 1
+
+
+def test_stats_columns_are_read_when_asked(wide_dataset):
+    root, _ = wide_dataset
+    files = _episode_files(root)
+    source = RecordingSource(root)
+    meta = load_meta(source)
+    before = len(source.ranges)
+    asked = ["stats/action/mean", "stats/extra_3/mean"]
+    table = meta.read_episode_columns(asked)
+    assert len(source.ranges) > before
+    whole = pa.concat_tables([pq.read_table(root / p, columns=asked) for p in files])
+    assert table.column_names == asked and table.num_rows == len(meta.episodes)
+    assert table.to_pylist() == whole.to_pylist()
+    with pytest.raises(MetadataError, match=r"no column 'stats/absent/mean'"):
+        load_episode_columns(source, ["stats/absent/mean"])
+
+
+def test_a_column_only_some_files_have_is_null_in_the_others(wide_dataset, tmp_path):
+    import shutil
+
+    root, _ = wide_dataset
+    copy = tmp_path / "ds"
+    shutil.copytree(root, copy)
+    first = copy / _episode_files(copy)[0]
+    table = pq.read_table(first)
+    pq.write_table(table.drop_columns(["stats/extra_0/mean"]), first, row_group_size=10)
+    column = load_episode_columns(LocalSource(copy), ["stats/extra_0/mean"]).column(0)
+    assert column.null_count == table.num_rows and len(column) == len(load_meta(LocalSource(copy)).episodes)
+
+
+def test_a_dataset_without_the_optional_columns_still_opens(dataset_copy):
+    expected = load_meta(LocalSource(dataset_copy))
+    path = dataset_copy / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    optional = [n for n in table.column_names if n == "tasks" or n.startswith(("stats/", "meta/episodes/"))]
+    assert "tasks" in optional and len(optional) > 10
+    pq.write_table(table.drop_columns(optional), path)
+    meta = load_meta(LocalSource(dataset_copy))
+    assert list(meta.episodes.tasks) == [[] for _ in range(len(meta.episodes))]
+    np.testing.assert_array_equal(meta.episodes.length, expected.episodes.length)
+    assert meta.video_files() == expected.video_files()
+
+
+def test_a_missing_required_column_is_named(dataset_copy):
+    path = dataset_copy / "meta/episodes/chunk-000/file-000.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["videos/observation.images.top/from_timestamp"]), path)
+    with pytest.raises(MetadataError, match=r"file-000\.parquet: required column 'videos/observation\.images\.top/from_timestamp'"):
+        load_meta(LocalSource(dataset_copy))
+
+
+def test_read_columns_with_a_footer_longer_than_the_first_read(tmp_path):
+    """Many row groups make a footer of more than 64 KiB: read exactly, in a second read."""
+    rng = np.random.default_rng(1)
+    rows = 2000
+    columns = {"keep.a/x": pa.array(np.arange(rows)), "tasks": pa.array([["t"]] * rows)}
+    for i in range(40):
+        columns[f"stats/f.{i}/mean"] = pa.array(rng.standard_normal(rows))
+    columns["keep_last"] = pa.array(np.arange(rows) * 2.0)
+    pq.write_table(pa.table(columns), tmp_path / "t.parquet", row_group_size=10)
+    metadata = pq.read_metadata(tmp_path / "t.parquet")
+    assert metadata.serialized_size > TAIL_GUESS
+    source = RecordingSource(tmp_path)
+    wanted = ["keep_last", "tasks", "keep.a/x", "absent"]
+    read = read_columns(source, "t.parquet", wanted)
+    assert read.table.column_names == ["keep.a/x", "tasks", "keep_last"]  # file order, absent left out
+    assert read.table.equals(pq.read_table(tmp_path / "t.parquet", columns=["keep.a/x", "tasks", "keep_last"]))
+    size = (tmp_path / "t.parquet").stat().st_size
+    footer_reads = [(s, e) for s, e in source.served("t.parquet") if e == size]
+    assert len(footer_reads) == 2 and footer_reads[1][1] - footer_reads[1][0] == metadata.serialized_size + 8
+    assert read.bytes_fetched < size / 2
+    whole = read_columns(source, "t.parquet", wanted, whole_file=True)
+    assert whole.table.equals(read.table) and source.whole == ["t.parquet"]
+
+
+def test_episode_tasks_behave_like_lists():
+    lists = [["a"], [], ["b", "a"], [None], ["a"]]
+    tasks = EpisodeTasks.from_lists(lists)
+    assert len(tasks) == 5 and list(tasks) == lists and tasks == lists and tasks.tolist() == lists
+    assert tasks[-1] == ["a"] and tasks[1:3] == [[], ["b", "a"]] and tasks[np.int64(2)] == ["b", "a"]
+    assert tasks.names == ["a", "b", None]
+    with pytest.raises(IndexError):
+        tasks[5]
+    assert tasks != [["a"]]
+
+
+def test_reading_columns_leaves_no_reference_cycle(wide_dataset):
+    """A parsed footer is large (MBs for DROID-sized files): it must be freed when the read
+    returns, not at some later garbage collection (``FileMetaData.schema`` makes a cycle)."""
+    import gc
+
+    root, _ = wide_dataset
+    path = _episode_files(root)[0]
+    source = LocalSource(root)
+    gc.collect()
+    gc.disable()
+    try:
+        read_columns(source, path, ["length", "tasks"])
+        read_columns(source, path, ["length", "tasks"], whole_file=True)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
