@@ -1,10 +1,18 @@
-"""lerobot_nodes: stream LeRobotDataset v3.0 into PyTorch as a graph of torchdata.nodes."""
+"""lerobot_nodes: stream LeRobotDataset v3.0 into PyTorch as a graph of torchdata.nodes.
+
+The error classes and ``__version__`` are imported with the package; every other public name
+(the datasets, the loader helpers, the byte sources, the metadata readers) is imported on first
+use (PEP 562 ``__getattr__``), so a command that only parses its flags, or code that only catches
+this package's errors, does not pay for importing torch. ``from lerobot_nodes import X`` works
+the same either way.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__ as __version__
-from .config import StreamingConfig
-from .dataset import StreamingLeRobotDataset
 from .errors import (
     ByteBudgetError,
     ConfigError,
@@ -27,18 +35,55 @@ from .errors import (
     VideoDecodeError,
     VideoIndexError,
 )
-from .format.meta import DatasetMeta, load_meta, select_episodes
-from .loader import loader_batch_size, streaming_dataloader
-from .map_style import MapStyleLeRobotDataset
-from .sources import (
-    ByteSource,
-    FsspecSource,
-    HttpRootSource,
-    HubBucketSource,
-    HubRepoSource,
-    LocalSource,
-    open_source,
-)
+
+if TYPE_CHECKING:
+    from .config import StreamingConfig
+    from .dataset import StreamingLeRobotDataset
+    from .format.meta import DatasetMeta, load_meta, select_episodes
+    from .loader import loader_batch_size, streaming_dataloader
+    from .map_style import MapStyleLeRobotDataset
+    from .sources import (
+        ByteSource,
+        FsspecSource,
+        HttpRootSource,
+        HubBucketSource,
+        HubRepoSource,
+        LocalSource,
+        open_source,
+    )
+
+_LAZY: dict[str, str] = {
+    "StreamingConfig": ".config",
+    "StreamingLeRobotDataset": ".dataset",
+    "DatasetMeta": ".format.meta",
+    "load_meta": ".format.meta",
+    "select_episodes": ".format.meta",
+    "loader_batch_size": ".loader",
+    "streaming_dataloader": ".loader",
+    "MapStyleLeRobotDataset": ".map_style",
+    "ByteSource": ".sources",
+    "FsspecSource": ".sources",
+    "HttpRootSource": ".sources",
+    "HubBucketSource": ".sources",
+    "HubRepoSource": ".sources",
+    "LocalSource": ".sources",
+    "open_source": ".sources",
+}
+"""Public name -> the module it is imported from on first use."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "ByteBudgetError",

@@ -18,8 +18,30 @@ from typing import Any
 
 from ..config import DEFAULT_RANK_POOL_SIZE, StreamingConfig
 from ..errors import ConfigError
+from .console import did_you_mean
 
 DATASET_PREFIX = "dataset."
+
+EACH_CAMERA = "each camera"
+POLICY_WINDOWS: dict[str, dict[str, range]] = {
+    "act": {"action": range(0, 50), EACH_CAMERA: range(0, 1)},
+    "diffusion": {EACH_CAMERA: range(-1, 1), "observation.state": range(-1, 1), "action": range(-1, 15)},
+}
+"""Frame offsets of the benchmark policies' ``delta_timestamps`` (``observation.state`` only if the dataset has it):
+what ``stream --window`` picks. Here, with the other flags, so ``--help`` needs no import of the streaming code."""
+WINDOWS = ("none", *POLICY_WINDOWS)
+DEFAULT_WINDOW = "act"
+
+
+def describe_window(name: str) -> str:
+    """``name``'s window in words, for ``--help``: ``action at frames +0..+49, each camera at frame +0``."""
+    if name == "none":
+        return "single frames, no window"
+    parts = []
+    for key, offsets in POLICY_WINDOWS[name].items():
+        span = f"frame {offsets[0]:+d}" if len(offsets) == 1 else f"frames {offsets[0]:+d}..{offsets[-1]:+d}"
+        parts.append(f"{key} at {span}")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -47,9 +69,14 @@ class Flag:
 
 
 DATASET_FLAGS: tuple[Flag, ...] = (
-    Flag("dataset.root", str | None, default_text="the built-in demo dataset"),
-    Flag("dataset.repo_id", str | None, default_text="null ($HF_LEROBOT_HOME/<repo_id> when no root is given)"),
-    Flag("dataset.revision", str | None),
+    Flag("dataset.root", str | None, default_text="the built-in demo dataset (when no repo_id is given either)"),
+    Flag(
+        "dataset.repo_id",
+        str | None,
+        default_text="null; when no root is given, the Hub dataset repo streamed (the local copy "
+        "$HF_LEROBOT_HOME/<repo_id> is read instead only with HF_HUB_OFFLINE=1)",
+    ),
+    Flag("dataset.revision", str | None, default_text="null (LeRobot's v3.0 tag; a branch, tag or sha, resolved at open)"),
     Flag("dataset.repo_type", str, "dataset"),
     Flag("dataset.episodes", list[int] | None, default_text="null (all episodes)"),
     Flag("dataset.streaming", bool, True, default_text="true (false: the map-style reader)"),
@@ -192,8 +219,10 @@ def split_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], di
                and token.removeprefix("--").partition("=")[0] not in _BY_NAME]
     if unknown:
         name = unknown[0].removeprefix("--").partition("=")[0]
-        known = ", ".join(sorted(f.option for f in (*DATASET_FLAGS, *STREAMING_FLAGS)))
-        raise ConfigError(f"unknown flag --{name}; the --dataset.* flags are: {known}")
+        options = sorted(f.option for f in (*DATASET_FLAGS, *STREAMING_FLAGS))
+        suggestion = did_you_mean(f"--{name}", options)  # "; did you mean --dataset.root?": first, the list is long
+        listing = f"{suggestion} The" if suggestion else "; the"
+        raise ConfigError(f"unknown flag --{name}{listing} --dataset.* flags are: {', '.join(options)}")
     taken, rest = _take_flags(argv, _BY_NAME)
     parsed: dict[tuple[Flag, ...], dict[str, Any]] = {DATASET_FLAGS: {}, STREAMING_FLAGS: {}, TRAINING_FLAGS: {}}
     for flag, value in taken:

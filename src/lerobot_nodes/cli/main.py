@@ -20,18 +20,25 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-import torch
-
 from ..errors import ConfigError
 from .console import (
     DEBUG_ENV,
     DEBUG_FLAG,
+    VERBOSE_FLAGS,
     ArgumentParser,
     debug_requested,
     exit_process,
+    one_line_warnings,
+    option_strings,
+    plural,
+    quiet_http_client_logs,
     run_reporting_errors,
+    unrecognized_arguments,
 )
-from .signals import Stopped, dump_stacks_on_signal, stopping_on_signals
+from .signals import dump_stacks_on_signal, run_until_stopped
+
+# Nothing here imports torch, pyarrow or the streaming code at module level: --help and usage errors
+# answer in a fraction of a second; each command imports what it runs (tests/cli/test_cli_startup.py).
 
 PROG = "lerobot-nodes"
 COMMANDS = ("stream", "inspect", "demo", "cache", "train")
@@ -42,6 +49,8 @@ INSPECT_FLAGS = ("root", "repo_id", "revision", "tolerance_s")
 
 
 def describe_value(value: Any) -> str:
+    import torch
+
     if isinstance(value, torch.Tensor):
         return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
     return repr(value)
@@ -60,7 +69,7 @@ def run_demo(args: argparse.Namespace) -> int:
         sample = dataset[index]
         keys = ", ".join(f"{k}: {describe_value(v)}" for k, v in sample.items())
         print(f"sample {index} (episode {int(sample['episode_index'])}, frame {int(sample['frame_index'])}): {keys}")
-    print(f"read {args.samples} samples in {time.perf_counter() - started:.2f} s")
+    print(f"read {plural(args.samples, 'sample')} in {time.perf_counter() - started:.2f} s")
     return 0
 
 
@@ -128,7 +137,8 @@ def open_sidecar(source: Any, meta: Any) -> tuple[dict[str, Any], str]:
     samples = sum(len(index.sizes) for index in indexes.values())
     nbytes = sum(sum(array.nbytes for array in vars(index).values() if hasattr(array, "nbytes")) for index in indexes.values())
     lines = [
-        f"MP4 sidecar: {len(indexes)} video files, {samples} samples, opened in {time.perf_counter() - started:.3f} s",
+        f"MP4 sidecar: {plural(len(indexes), 'video file')}, {plural(samples, 'sample')}, "
+        f"opened in {time.perf_counter() - started:.3f} s",
         f"  reused {len(report.reused)}, converted from a published sidecar {len(report.converted)}, "
         f"built {len(report.built)}{' (in memory: the store has no stable identities)' if report.in_memory else ''}",
         f"  index arrays: {nbytes / max(1, samples):.1f} bytes per frame",
@@ -143,10 +153,10 @@ def describe_video_problems(meta: Any, problems: list[str]) -> str:
         return "video metadata: no videos to check"
     if not problems:
         return (
-            f"video metadata: the camera info of {len(meta.video_keys)} cameras and the video spans of "
-            f"{len(meta.episodes)} episodes agree with the MP4 streams"
+            f"video metadata: the camera info of {plural(len(meta.video_keys), 'camera')} and the video spans of "
+            f"{plural(len(meta.episodes), 'episode')} agree with the MP4 streams"
         )
-    return "\n".join([f"video metadata: {len(problems)} problem(s)", *(f"  {problem}" for problem in problems)])
+    return "\n".join([f"video metadata: {plural(len(problems), 'problem')}", *(f"  {problem}" for problem in problems)])
 
 
 def run_cache_command(args: argparse.Namespace) -> int:
@@ -172,13 +182,25 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from .flags import DATASET_FLAGS, STREAMING_FLAGS, TRAINING_FLAGS, flags_help
-    from .stream import DEFAULT_WINDOW, WINDOWS, describe_window
+def build_parser() -> ArgumentParser:
+    from .flags import (
+        DATASET_FLAGS,
+        DEFAULT_WINDOW,
+        STREAMING_FLAGS,
+        TRAINING_FLAGS,
+        WINDOWS,
+        describe_window,
+        flags_help,
+    )
 
     debug = ArgumentParser(add_help=False)
     debug.add_argument(
-        DEBUG_FLAG, action="store_true", help=f"print the full traceback of an error (or set {DEBUG_ENV}=1)"
+        DEBUG_FLAG, action="store_true",
+        help=f"print the full traceback of an error, and log every Hub request (or set {DEBUG_ENV}=1)",
+    )
+    debug.add_argument(
+        *VERBOSE_FLAGS, action="store_true", dest="verbose",
+        help="log every request huggingface_hub and its HTTP client make (INFO); without it they log warnings only",
     )
     parser = ArgumentParser(
         prog=PROG,
@@ -187,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[debug],
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=ArgumentParser)
+    parser.command_parsers = commands.choices
     stream = commands.add_parser(
         "stream",
         parents=[debug],
@@ -288,42 +311,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(argv)
     argv = [token for token in argv if token != DEBUG_FLAG]
-    if not argv or (argv[0].startswith("--") and argv[0] != "--help"):
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("--help", "-h")):
         argv = [DEFAULT_COMMAND, *argv]
     if argv[0] in COMMANDS:
         usage_hint = f"{PROG} {argv[0]} --help lists every flag"
     else:
         usage_hint = f"{PROG} --help lists the commands"
     if argv[0] == "train":
-        # LeRobot's flags go to LeRobot's parser unchanged, and LeRobot sets up its own logging.
+        # LeRobot's flags go to LeRobot's parser unchanged, and LeRobot sets up its own logging (but
+        # not the levels of the Hub client's loggers, which log every request at INFO).
         from .train import run_train
 
+        quiet_http_client_logs(verbose=debug)
+
         return run_reporting_errors(lambda: run_train(argv[1:]), debug=debug, usage_hint=usage_hint)
-    return run_reporting_errors(lambda: _run(argv), debug=debug, usage_hint=usage_hint)
+    return run_reporting_errors(lambda: _run(argv, debug), debug=debug, usage_hint=usage_hint)
 
 
-def _run(argv: list[str]) -> int:
+def _run(argv: list[str], debug: bool = False) -> int:
     import logging
 
-    from .flags import split_flags
+    from .flags import DATASET_FLAGS, STREAMING_FLAGS, TRAINING_FLAGS, split_flags
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # torchdata's own deprecation notice, printed by every StatefulDataLoader: nothing a user can act on.
     warnings.filterwarnings("ignore", message=".set_vital. is deprecated", category=UserWarning)
     command, rest = argv[0], argv[1:]
     flags: dict[str, Any] = {}
+    table: list[str] = []
     if command in FLAG_COMMANDS:
         dataset, streaming, training, rest = split_flags(rest)
         flags = {"dataset": dataset, "streaming": streaming, "training": training}
-    args = build_parser().parse_args([command, *rest])
+        table = [flag.option for flag in (*DATASET_FLAGS, *STREAMING_FLAGS, *TRAINING_FLAGS)]
+    parser = build_parser()
+    args, extras = parser.parse_known_args([command, *rest])
+    if extras:
+        known = option_strings(parser.command_parsers[command]) if command in parser.command_parsers else []
+        raise unrecognized_arguments(extras, [*known, *table])
     vars(args).update(flags)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_http_client_logs(verbose=debug or args.verbose)
     dump_stacks_on_signal()
-    with stopping_on_signals():
-        try:
-            return int(args.handler(args))
-        except Stopped as stop:
-            print(stop.message(f"{PROG} {args.command}"), file=sys.stderr)
-            return stop.exit_code
+    with one_line_warnings(enabled=not debug):
+        return run_until_stopped(lambda: int(args.handler(args)), f"{PROG} {args.command}")
 
 
 def console_script() -> NoReturn:

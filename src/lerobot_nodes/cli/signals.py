@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import faulthandler
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -121,3 +122,16 @@ def stopping_on_signals() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def run_until_stopped(command: Callable[[], int], name: str) -> int:
+    """Run ``command`` within :func:`stopping_on_signals`; a stop prints one line on stderr,
+    ``NAME: stopped by SIGTERM[ detail]``, and returns 128 + the signal (143, 130)."""
+    with stopping_on_signals():
+        try:
+            code = command()
+            raise_if_stopped()  # a signal deferred while the last batch was received
+            return code
+        except Stopped as stop:
+            print(stop.message(name), file=sys.stderr)
+            return stop.exit_code

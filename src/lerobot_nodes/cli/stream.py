@@ -29,17 +29,18 @@ from ..map_style import MapStyleLeRobotDataset
 from ..resume.identity import check_identity
 from ..sources.resolve import open_source
 from ..workers.lifeline import GuardedWorkerInit
-from .flags import DATASET_FLAGS, TRAINING_FLAGS, with_defaults
+from .console import plural
+from .flags import (
+    DATASET_FLAGS,
+    DEFAULT_WINDOW,
+    EACH_CAMERA,
+    POLICY_WINDOWS,
+    TRAINING_FLAGS,
+    WINDOWS,
+    with_defaults,
+)
 from .signals import WORKERS_STOP_WITHIN_S, Stopped, raise_if_stopped
 
-EACH_CAMERA = "each camera"
-POLICY_WINDOWS: dict[str, dict[str, range]] = {
-    "act": {"action": range(0, 50), EACH_CAMERA: range(0, 1)},
-    "diffusion": {EACH_CAMERA: range(-1, 1), "observation.state": range(-1, 1), "action": range(-1, 15)},
-}
-"""Frame offsets of the benchmark policies' ``delta_timestamps`` (``observation.state`` only if the dataset has it)."""
-WINDOWS = ("none", *POLICY_WINDOWS)
-DEFAULT_WINDOW = "act"
 CHECKPOINT_VERSION = 1
 TRAINING_STEP_FILE = "training_step.json"
 """What LeRobot training saves in ``checkpoints/<step>/training_state/``: ``{"step": N, ...}``."""
@@ -61,17 +62,6 @@ def policy_window(name: str, fps: int, video_keys: list[str], has_state: bool) -
             keys = [key]
         window.update({k: [i / fps for i in offsets] for k in keys})
     return window
-
-
-def describe_window(name: str) -> str:
-    """``name``'s window in words, for ``--help``: ``action at frames +0..+49, each camera at frame +0``."""
-    if name == "none":
-        return "single frames, no window"
-    parts = []
-    for key, offsets in POLICY_WINDOWS[name].items():
-        span = f"frame {offsets[0]:+d}" if len(offsets) == 1 else f"frames {offsets[0]:+d}..{offsets[-1]:+d}"
-        parts.append(f"{key} at {span}")
-    return ", ".join(parts)
 
 
 def describe_batch(batch: dict[str, Any]) -> str:
@@ -183,7 +173,8 @@ def _stream_steps(
     if not quiet:
         print(dataset.meta.summary())
         print(
-            f"streaming {len(dataset.episodes)} episodes, {dataset.num_frames} frames: batch_size={batch_size} "
+            f"streaming {plural(len(dataset.episodes), 'episode')}, {plural(dataset.num_frames, 'frame')}: "
+            f"batch_size={batch_size} "
             f"num_workers={num_workers} seed={dataset.seed} steps={start_step}..{steps}"
         )
     step = start_step
@@ -368,7 +359,8 @@ def _run_map_style(common: dict[str, Any], batch_size: int, num_workers: int, st
     metrics = StreamingMetrics()
     if not quiet:
         print(dataset.meta.summary())
-        print(f"reading {len(dataset.episodes)} episodes, {dataset.num_frames} frames map-style (--dataset.streaming=false): "
+        print(f"reading {plural(len(dataset.episodes), 'episode')}, {plural(dataset.num_frames, 'frame')} map-style "
+              "(--dataset.streaming=false): "
               f"batch_size={batch_size} num_workers={num_workers} steps=0..{steps}")
     step = 0
     with tqdm(total=steps, disable=quiet, unit="batch") as progress:
