@@ -25,6 +25,17 @@ versions can be checked to load the same thing.
     python benchmarks/scale_open.py --episodes 10000 100000 --src /tmp/before/src --label before
     git worktree remove /tmp/before
 
+The files dimension (issue 28): ``--files 100 1000 5000 20000`` times the construction of
+``StreamingLeRobotDataset`` and its first sample over datasets of that many MP4 files (one per
+episode and camera, ``write_files_dataset``), per phase (``load_meta``, the index open, the whole
+construction, the first sample) and with the peak RSS growth, locally (cold: an empty index cache;
+warm: the cache a first open filled) and over the loopback Hub with ``--latency-ms`` per request
+(the Hub served by this process, the open in a child); then the growth exponent of each phase
+(the slope of log time over log files: 1.0 is linear):
+
+    python benchmarks/scale_open.py --files 100 1000 5000 20000 --nofile 1024
+    python benchmarks/scale_open.py --files 100 1000 5000 --files-modes hub-cold --latency-ms 50
+
 The datasets are written once under ``--root`` (default ``/tmp/lerobot-nodes-scale-open``) and
 reused by later runs (``--rewrite`` writes them again).
 """
@@ -214,6 +225,103 @@ def dataset_root(base: Path, episodes: int) -> Path:
     return base / f"episodes-{episodes}"
 
 
+# ----------------------------------------------------------------------------- the files dimension
+
+FILES_CAMERAS = ("observation.images.exterior", "observation.images.wrist")
+FILES_EPISODE_FRAMES = 4
+
+
+def write_files_dataset(
+    root: Path, files: int, *, cameras: tuple[str, ...] = FILES_CAMERAS, frames: int = FILES_EPISODE_FRAMES,
+    size: int = 16, link: bool = True,
+) -> Path:
+    """A real, streamable LeRobot v3.0 dataset of ``files`` MP4 files: ``files / len(cameras)``
+    episodes of ``frames`` frames, each episode in its own MP4 per camera (LeRobot's layout after
+    every episode rolled over), 1,000 files per chunk; frames of ``size`` x ``size`` pixels (at 64
+    and 30 frames an MP4 is ~8 KB, past the 4 KiB head window, so indexing it takes its two reads).
+
+    Cheap to write: one tiny AV1 episode is encoded once (``lerobot_nodes.testing.write_dataset``)
+    and its MP4 hard-linked (``link``, else copied) under every file name; the data Parquet and
+    ``meta/episodes`` are that episode's rows repeated with their indices renumbered, so every
+    episode decodes to the same frames. Returns ``root``.
+    """
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from lerobot_nodes.testing import write_dataset as write_tiny
+
+    if files % len(cameras):
+        raise ValueError(f"files ({files}) must be a multiple of the camera count ({len(cameras)})")
+    episodes = files // len(cameras)
+    root = Path(root)
+    if root.exists():
+        shutil.rmtree(root)
+    seed_root = root.parent / f".{root.name}.seed"
+    if seed_root.exists():
+        shutil.rmtree(seed_root)
+    write_tiny(seed_root, episode_lengths=[frames], cameras=list(cameras), height=size, width=size)
+    info = json.loads((seed_root / "meta" / "info.json").read_text())
+    chunks_size = int(info["chunks_size"])
+    episode = np.arange(episodes, dtype=np.int64)
+
+    # data: the seed episode's rows, once per episode, renumbered (row groups of 100 episodes).
+    rows = pq.read_table(seed_root / "data/chunk-000/file-000.parquet")
+    data = rows.take(pa.array(np.tile(np.arange(frames), episodes)))
+    data = data.set_column(data.schema.get_field_index("episode_index"), "episode_index",
+                           pa.array(np.repeat(episode, frames)))
+    data = data.set_column(data.schema.get_field_index("index"), "index",
+                           pa.array(np.arange(episodes * frames, dtype=np.int64)))
+    (root / "data/chunk-000").mkdir(parents=True)
+    pq.write_table(data, root / "data/chunk-000/file-000.parquet", row_group_size=frames * 100)
+
+    # meta/episodes: the seed row per episode, each camera's span in its own file at time 0.
+    seed_rows = pq.read_table(seed_root / "meta/episodes/chunk-000/file-000.parquet")
+    table = seed_rows.take(pa.array(np.zeros(episodes, dtype=np.int64)))
+
+    def put(table: pa.Table, name: str, values: np.ndarray) -> pa.Table:
+        index = table.schema.get_field_index(name)
+        return table.set_column(index, name, pa.array(values).cast(table.schema.field(index).type))
+
+    table = put(table, "episode_index", episode)
+    table = put(table, "dataset_from_index", episode * frames)
+    table = put(table, "dataset_to_index", (episode + 1) * frames)
+    table = put(table, "data/chunk_index", np.zeros(episodes, dtype=np.int64))
+    table = put(table, "data/file_index", np.zeros(episodes, dtype=np.int64))
+    for key in cameras:
+        table = put(table, f"videos/{key}/chunk_index", episode // chunks_size)
+        table = put(table, f"videos/{key}/file_index", episode % chunks_size)
+        table = put(table, f"videos/{key}/from_timestamp", np.zeros(episodes))
+        to = pc.cast(seed_rows.column(f"videos/{key}/to_timestamp"), pa.float64())[0].as_py()
+        table = put(table, f"videos/{key}/to_timestamp", np.full(episodes, to))
+    table = put(table, "meta/episodes/chunk_index", np.zeros(episodes, dtype=np.int64))
+    table = put(table, "meta/episodes/file_index", np.zeros(episodes, dtype=np.int64))
+    (root / "meta/episodes/chunk-000").mkdir(parents=True)
+    pq.write_table(table, root / "meta/episodes/chunk-000/file-000.parquet", row_group_size=10)
+    for name in ("tasks.parquet", "stats.json"):
+        shutil.copyfile(seed_root / "meta" / name, root / "meta" / name)
+    info.update(total_episodes=episodes, total_frames=episodes * frames, splits={"train": f"0:{episodes}"})
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+
+    # videos: one MP4 per (camera, episode), all the seed's bytes.
+    for key in cameras:
+        mp4 = seed_root / f"videos/{key}/chunk-000/file-000.mp4"
+        for chunk in range(-(-episodes // chunks_size)):
+            (root / f"videos/{key}/chunk-{chunk:03d}").mkdir(parents=True)
+        for number in range(episodes):
+            chunk, file = divmod(number, chunks_size)
+            target = root / f"videos/{key}/chunk-{chunk:03d}/file-{file:03d}.mp4"
+            if link:
+                os.link(mp4, target)
+            else:
+                shutil.copyfile(mp4, target)
+    shutil.rmtree(seed_root)
+    (root / ".complete").write_text("ok\n")
+    return root
+
+
 # ----------------------------------------------------------------------------- measuring (child)
 
 
@@ -300,6 +408,157 @@ def child(root: Path, mode: str) -> None:
     print(json.dumps(result))
 
 
+# ----------------------------------------------------------------------------- the files dimension (child)
+
+
+def files_child(root: Path, where: str, nofile: int | None) -> None:
+    """Construct ``StreamingLeRobotDataset`` over ``root`` (a local folder, or ``bench/files`` on the
+    Hub at ``$HF_ENDPOINT``) and take its first sample; time each phase."""
+    import resource
+
+    if nofile:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    import lerobot_nodes.dataset as dataset_module
+
+    phases: dict[str, float] = {}
+
+    def timed(name, function):  # type: ignore[no-untyped-def]
+        def run(*args, **kwargs):  # type: ignore[no-untyped-def]
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
+
+        return run
+
+    dataset_module.load_meta = timed("meta_s", dataset_module.load_meta)
+    dataset_module.open_video_indexes = timed("index_s", dataset_module.open_video_indexes)
+    base_rss = _status_kb("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    result: dict = {"module": dataset_module.__file__}
+    started = time.perf_counter()
+    try:
+        if where == "local":
+            dataset = dataset_module.StreamingLeRobotDataset(root=str(root))
+        else:
+            dataset = dataset_module.StreamingLeRobotDataset(repo_id="bench/files")
+        result["construct_s"] = time.perf_counter() - started
+        result["fds_after_open"] = len(os.listdir("/proc/self/fd"))
+        result["indexes"] = len(dataset._indexes or {})
+        sample = next(iter(dataset))
+        result["first_sample_s"] = time.perf_counter() - started
+        result["episode"] = int(sample["episode_index"])
+        dataset.close()
+    except Exception as error:  # reported in the table (e.g. Errno 24 before issue 28)
+        result["error"] = f"{type(error).__name__}: {error}"[:120]
+    result.update(phases)
+    peak = _status_kb("VmHWM")
+    result.update(peak_growth_mb=(peak - base_rss) / 1024, after_rss_mb=_status_kb("VmRSS") / 1024)
+    print(json.dumps(result))
+
+
+def files_root(base: Path, files: int) -> Path:
+    return base / f"files-{files}"
+
+
+def run_files_child(root: Path, where: str, home: Path, src: str | None, nofile: int | None,
+                    endpoint: str | None = None) -> dict:
+    env = dict(os.environ, HF_LEROBOT_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_TELEMETRY="1")
+    if endpoint:
+        env["HF_ENDPOINT"] = endpoint
+    if src:
+        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    command = [sys.executable, __file__, "--files-child", str(root), "--where", where]
+    if nofile:
+        command += ["--nofile", str(nofile)]
+    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def growth_exponent(sizes: list[int], seconds: list[float]) -> float | None:
+    """The least-squares slope of log(seconds) over log(files): 1.0 is linear growth."""
+    points = [(np.log(n), np.log(t)) for n, t in zip(sizes, seconds, strict=True) if t and t > 0]
+    if len(points) < 2:
+        return None
+    x, y = np.array(points).T
+    return float(np.polyfit(x, y, 1)[0])
+
+
+FILES_PHASES = ("meta_s", "index_s", "construct_s", "first_sample_s", "peak_growth_mb")
+
+
+def run_files(args: argparse.Namespace) -> None:
+    """The files dimension: construct-and-first-sample over ``--files`` MP4 counts, per ``--files-modes``."""
+    import shutil
+    import tempfile
+
+    for files in args.files:
+        root = files_root(args.root, files)
+        if args.rewrite or not (root / ".complete").exists():
+            started = time.perf_counter()
+            write_files_dataset(root, files, frames=30, size=64)
+            print(f"wrote {root}: {files} MP4 files in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+    print("| code | files | where | meta s | index open s | construct s | first sample s | peak RSS growth MB "
+          "| indexes open | fds after open | MP4 requests | error |")
+    print("|" + "---|" * 12)
+    table: dict[tuple[str, str], dict[int, dict]] = {}
+    for mode in args.files_modes:
+        for files in args.files:
+            root = files_root(args.root, files)
+            with tempfile.TemporaryDirectory(prefix="scale-open-home-") as home:
+                hub = None
+                endpoint = None
+                where = "local" if mode.startswith("local") else "hub"
+                if where == "hub":
+                    from lerobot_nodes.testing.hub import LoopbackHub
+
+                    hub = LoopbackHub(latency_s=0.0).start()
+                    hub.add_dataset("bench/files", root)
+                    endpoint = hub.endpoint
+                try:
+                    if mode.endswith("warm"):  # fill the index cache first
+                        run_files_child(root, where, Path(home), args.src, None, endpoint)
+                    if hub is not None:
+                        hub.clear_records()
+                        hub.latency_s = args.latency_ms / 1000
+                    result = run_files_child(root, where, Path(home), args.src, args.nofile, endpoint)
+                    if hub is not None:
+                        result["mp4_requests"] = sum(1 for r in hub.records if r.path.endswith(".mp4"))
+                finally:
+                    if hub is not None:
+                        hub.stop()
+                    shutil.rmtree(home, ignore_errors=True)
+            label = f"{mode} ({args.latency_ms:g} ms)" if where == "hub" else mode
+            table.setdefault((label, args.label), {})[files] = result
+            if args.json:
+                with args.json.open("a") as f:
+                    f.write(json.dumps({"label": args.label, "files": files, "mode": label, **result}) + "\n")
+
+            def cell(key: str, digits: int = 2, result: dict = result) -> str:
+                value = result.get(key)
+                return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+            print(f"| {args.label} | {files} | {label} | {cell('meta_s')} | {cell('index_s')} | {cell('construct_s')} "
+                  f"| {cell('first_sample_s')} | {cell('peak_growth_mb', 0)} | {cell('indexes')} "
+                  f"| {cell('fds_after_open')} | {cell('mp4_requests')} | {result.get('error', '')} |", flush=True)
+    print()
+    print("| code | where | " + " | ".join(f"exponent {p}" for p in FILES_PHASES) + " |")
+    print("|" + "---|" * (2 + len(FILES_PHASES)))
+    for (label, code), by_files in table.items():
+        sizes = sorted(n for n, r in by_files.items() if "error" not in r)
+        cells = []
+        for phase in FILES_PHASES:
+            exponent = growth_exponent(sizes, [by_files[n].get(phase) for n in sizes]) if sizes else None
+            cells.append("-" if exponent is None else f"{exponent:.2f}")
+        print(f"| {code} | {label} | " + " | ".join(cells) + " |")
+
+
 # ----------------------------------------------------------------------------- driving
 
 
@@ -324,11 +583,28 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per (size, mode); the best time is shown")
     parser.add_argument("--rewrite", action="store_true")
     parser.add_argument("--json", type=Path, help="append every result as a JSON line to this file")
+    parser.add_argument("--files", type=int, nargs="+",
+                        help="the files dimension instead: MP4 counts (e.g. 100 1000 5000 20000), each a dataset "
+                             "of files/2 episodes with one MP4 per episode and camera")
+    parser.add_argument("--files-modes", nargs="+", default=["local-cold", "local-warm", "hub-cold"],
+                        choices=["local-cold", "local-warm", "hub-cold", "hub-warm"],
+                        help="cold: an empty index cache; warm: the cache a first open filled; hub: over the "
+                             "loopback Hub (served by this process) with --latency-ms per request")
+    parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--nofile", type=int, help="RLIMIT_NOFILE of the measured child (e.g. 1024)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="warm", help=argparse.SUPPRESS)
+    parser.add_argument("--files-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--where", default="local", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         child(args.child, args.mode)
+        return
+    if args.files_child is not None:
+        files_child(args.files_child, args.where, args.nofile)
+        return
+    if args.files:
+        run_files(args)
         return
 
     for episodes in args.episodes:

@@ -223,13 +223,14 @@ def read_index(path_or_url: str | os.PathLike[str], source: ByteSource | None = 
     return read_index_from_source(source, Path(path_or_url).as_posix())
 
 
-def read_index_from_source(source: ByteSource, path: str) -> VideoIndex:
-    """Index ``path`` of ``source`` with ``source.info`` plus at most two ``read_ranges`` calls.
+def read_index_from_source(source: ByteSource, path: str, size: int | None = None) -> VideoIndex:
+    """Index ``path`` of ``source`` with at most two ``read_ranges`` calls (the ``moov`` only),
+    plus ``source.info`` when its byte ``size`` is not given (known from a listing, it costs no request).
 
     The two-call bound holds for the layouts FFmpeg writes (moov before or after mdat).
     """
     where = f"{source.url.rstrip('/')}/{path}"
-    file_size = source.info(path).size
+    file_size = source.info(path).size if size is None else int(size)
     location = locate_moov(lambda ranges: source.read_ranges(path, ranges), file_size, where)
     return parse_moov(location.moov, file_size, path, where)
 

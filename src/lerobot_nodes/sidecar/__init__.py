@@ -15,6 +15,7 @@ from .cache import (
     DEFAULT_LOCK_TIMEOUT_S,
     OpenReport,
     SidecarCache,
+    default_build_workers,
     default_cache_root,
     open_video_indexes,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "SidecarLockTimeoutError",
     "SourceIdentity",
     "build_archive",
+    "default_build_workers",
     "default_cache_root",
     "open_video_indexes",
     "smallest_exact_dtype",

@@ -38,9 +38,18 @@ _PROGRESS_LOG_INTERVAL_S = 10.0
 _MAX_SINGLE_LOOKUPS = 8
 
 
-def parse_video_index(source: ByteSource, path: str) -> dict[str, np.ndarray]:
-    """The default parser: the MP4 sample tables of ``path`` (range reads of its ``moov`` only)."""
-    return read_index_from_source(source, path).to_arrays()
+def parse_video_index(source: ByteSource, path: str, size: int | None = None) -> dict[str, np.ndarray]:
+    """The default parser: the MP4 sample tables of ``path`` (range reads of its ``moov`` only:
+    at most two requests; one more for the size when ``size`` is not given)."""
+    return read_index_from_source(source, path, size).to_arrays()
+
+
+def parse_identity(source: ByteSource, identity: SourceIdentity, parser: IndexParser = parse_video_index) -> dict[str, np.ndarray]:
+    """``parser``'s arrays of the file of ``identity``; the default parser is given the size the
+    identity already holds, so indexing a listed file costs its ``moov`` reads only."""
+    if parser is parse_video_index:
+        return parse_video_index(source, identity.path, identity.size)
+    return dict(parser(source, identity.path))
 
 
 def current_identities(source: ByteSource, paths: Sequence[str], revision: str | None) -> dict[str, SourceIdentity]:
@@ -143,7 +152,7 @@ def iter_parsed(
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sidecar-parse") as pool:
         try:
             for identity in remaining:
-                pending.append((identity, pool.submit(parser, source, identity.path)))
+                pending.append((identity, pool.submit(parse_identity, source, identity, parser)))
                 if len(pending) >= workers:
                     break
             while pending:
@@ -151,7 +160,7 @@ def iter_parsed(
                 arrays = dict(future.result())
                 next_identity = next(remaining, None)
                 if next_identity is not None:
-                    pending.append((next_identity, pool.submit(parser, source, next_identity.path)))
+                    pending.append((next_identity, pool.submit(parse_identity, source, next_identity, parser)))
                 yield ParsedFile(identity, arrays)
         finally:
             for _, future in pending:

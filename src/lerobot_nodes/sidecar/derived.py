@@ -13,6 +13,9 @@ record under ``$HF_LEROBOT_HOME/streaming-indexes``. Guarantees of a record:
   sync-sample indices are stored too, so no process sorts or scans the tables again.
 - **Shared.** Dense columns are read-only views of one shared file mapping, so processes that
   open the same record share its page-cache pages instead of holding private copies.
+- **No file descriptor per record.** The record's file is closed as soon as it is mapped (the
+  mapping outlives it, as POSIX guarantees), so the descriptors a process holds do not grow
+  with the number of records it has open (:func:`map_readonly`).
 - **Immutable.** A record is written once (atomically) and never modified; its header names the
   source identity and the generation of this format (:data:`DERIVED_GENERATION`).
 
@@ -23,11 +26,14 @@ the header gives relative to the start of that data region.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import mmap
 import os
 import struct
+import sys
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +82,87 @@ def smallest_exact_dtype(low: int, high: int, signed: bool = False) -> np.dtype:
 
 def _align(value: int) -> int:
     return -(-value // _ALIGN) * _ALIGN
+
+
+# -- read-only file mappings that hold no file descriptor ------------------------------------
+#
+# CPython's ``mmap.mmap`` keeps a dup of the file descriptor for as long as the mapping lives
+# (for ``size()`` and ``resize()``), so a process holding N records held N descriptors and failed
+# with EMFILE past ``ulimit -n``. Python 3.13 has ``trackfd=False``; before it, the mapping is
+# made with the C library's ``mmap`` and the file is closed at once. Either way the pages are the
+# same shared, file-backed page-cache pages.
+
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class _Libc:
+    """``mmap``/``munmap`` of the C library, or ``None`` where there is none (Windows)."""
+
+    def __init__(self) -> None:
+        self.lib: Any = None
+        if os.name != "posix":
+            return
+        try:
+            lib = ctypes.CDLL(None, use_errno=True)
+            lib.mmap.restype = ctypes.c_void_p
+            lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+            lib.munmap.restype = ctypes.c_int
+            lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        except (OSError, AttributeError):
+            return
+        self.lib = lib
+
+
+_LIBC = _Libc()
+_TRACKFD = sys.version_info >= (3, 13)
+
+
+class FileMapping:
+    """Marks the buffer of a read-only mapping made without a file descriptor (see :func:`map_readonly`)."""
+
+    __slots__ = ("address", "length", "path", "__weakref__")
+
+    def __init__(self, address: int, length: int, path: str) -> None:
+        self.address = address
+        self.length = length
+        self.path = path
+
+
+def _unmap(address: int, length: int) -> None:
+    _LIBC.lib.munmap(address, length)
+
+
+def map_readonly(handle: Any, size: int, path: Path) -> Any:
+    """A read-only buffer over the first ``size`` bytes of the open file ``handle``, which the
+    caller may close right away: the buffer holds no file descriptor.
+
+    Python >= 3.13: ``mmap.mmap(..., trackfd=False)``. Before: the C library's ``mmap``, the
+    buffer a read-only ``memoryview`` unmapped when its last view is collected. Where neither
+    exists, the bytes are read into memory (private, no descriptor either).
+    """
+    if _TRACKFD:
+        return mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ, trackfd=False)  # type: ignore[call-arg]
+    if _LIBC.lib is None:
+        handle.seek(0)
+        return handle.read(size)
+    address = _LIBC.lib.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, handle.fileno(), 0)
+    if address is None or address == _MAP_FAILED:
+        error = ctypes.get_errno()
+        raise OSError(error, f"mmap of {path} failed: {os.strerror(error)}")
+    raw = (ctypes.c_char * size).from_address(address)
+    raw.mapping = FileMapping(address, size, str(path))  # type: ignore[attr-defined]
+    weakref.finalize(raw, _unmap, address, size)
+    return memoryview(raw).toreadonly()
+
+
+def is_file_mapped(array: np.ndarray) -> bool:
+    """Whether ``array`` is a view of a record's file mapping (not a private copy)."""
+    base: Any = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, mmap.mmap) or isinstance(getattr(base, "mapping", None), FileMapping)
 
 
 @dataclass(frozen=True)
@@ -225,8 +312,9 @@ def layouts_end(layouts: list[ArrayLayout]) -> int:
 class MappedRecord:
     """A record opened read-only: its header and one array view per stored array.
 
-    Dense views share the record's single ``mmap``; they keep it alive for as long as any of
+    Dense views share the record's single mapping; they keep it alive for as long as any of
     them is referenced, so a record replaced or deleted on disk stays readable to its holders.
+    The record's file is closed once mapped: an open record holds no file descriptor.
     """
 
     def __init__(self, path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], nbytes: int) -> None:
@@ -275,12 +363,12 @@ class MappedRecord:
             size = os.fstat(handle.fileno()).st_size
             if size != data_start + data_size or layouts_end(layouts) > data_size:
                 raise SidecarFormatError(f"{path}: record is {size} bytes, its header describes {data_start + data_size}")
-            mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            mapping = map_readonly(handle, size, path)
         arrays = {layout.name: _view(mapping, data_start, layout, path) for layout in layouts}
         return cls(path, header, arrays, size)
 
 
-def _view(mapping: mmap.mmap, data_start: int, layout: ArrayLayout, path: Path) -> np.ndarray:
+def _view(mapping: Any, data_start: int, layout: ArrayLayout, path: Path) -> np.ndarray:
     dtype = np.dtype(layout.dtype)
     count = int(np.prod(layout.shape, dtype=np.int64))
     if layout.kind == "dense":
