@@ -26,3 +26,13 @@ def test_graphs_import_outside_the_repository(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "lerobot_nodes.graphs.default"
     assert Path(lerobot_nodes.__file__).parent.name == "lerobot_nodes"
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    readme = (REPOSITORY / "README.md").read_text()
+    ci = (REPOSITORY / ".ci" / "run").read_text()
+    commands = [line for line in readme.splitlines() if "python -m pytest" in line and line.startswith("pip install")]
+    assert len(commands) == 1, commands
+    assert commands[0] in ci.splitlines()
+    for constraints in (part for part in commands[0].split() if part.endswith(".txt")):
+        assert (REPOSITORY / constraints).is_file(), constraints

@@ -201,14 +201,15 @@ def test_an_impossible_streaming_flag_is_one_line_before_lerobot_starts(trainer:
 
 
 def test_without_lerobot_train_is_a_one_line_error(tmp_path, python_311):
-    """In a venv without LeRobot (the dev venv, Python 3.11) the command says what to install."""
+    """In the dev venv (Python 3.11, no LeRobot) the command says what LeRobot needs and how to install it."""
     result = subprocess.run(
         [python_311, "-m", "lerobot_nodes.cli.main", "train", "--dataset.repo_id=local/tiny", "--steps=2"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     if result.returncode == 0:  # pragma: no cover - a dev venv that has LeRobot's trainer
         return
-    assert_one_line_error(result, 1, "lerobot-nodes train runs LeRobot's trainer: it needs LeRobot >= 0.6.1")
+    error = assert_one_line_error(result, 1, "lerobot-nodes train runs LeRobot's trainer, which needs Python >= 3.12")
+    assert "pip install -e '.[lerobot]'" in error  # a hint that works from a clone
 
 
 def test_streaming_flags_are_checked_without_lerobot(tmp_path, python_311):

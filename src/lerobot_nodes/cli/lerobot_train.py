@@ -154,10 +154,16 @@ def check_lerobot() -> str:
     Raises :class:`LeRobotIncompatibleError` naming what is missing or changed.
     """
     version = lerobot_version()
-    if version is None or sys.version_info < (3, 12):
+    if sys.version_info < (3, 12):
         raise LeRobotIncompatibleError(
-            "lerobot-nodes train runs LeRobot's trainer: it needs LeRobot >= 0.6.1 with its training extra "
-            "(Python >= 3.12): pip install 'lerobot-nodes[lerobot]'"
+            f"lerobot-nodes train runs LeRobot's trainer, which needs Python >= 3.12 (this is "
+            f"{sys.version.split()[0]}): make a Python 3.12 venv, then from this repository's clone: "
+            "pip install -e '.[lerobot]'"
+        )
+    if version is None:
+        raise LeRobotIncompatibleError(
+            "lerobot-nodes train runs LeRobot's trainer: it needs LeRobot >= 0.6.1 with its training extra; "
+            "from this repository's clone: pip install -e '.[lerobot]' (or pip install 'lerobot[training]>=0.6.1')"
         )
     if _release(version) < MINIMUM_LEROBOT:
         raise LeRobotIncompatibleError(f"LeRobot {version} is too old: {_upgrade_hint()}")
