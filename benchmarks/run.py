@@ -40,6 +40,7 @@ import argparse
 import bisect
 import contextlib
 import datetime as dt
+import functools
 import itertools
 import json
 import os
@@ -503,6 +504,61 @@ def run_one(spec: RunSpec, facts: DatasetFacts, args: argparse.Namespace, shim: 
     return record
 
 
+@functools.cache
+def selection_lengths(root: str) -> tuple[int, ...]:
+    """Frame counts of every episode of the dataset at ``root`` (the benchmarks read them all)."""
+    return tuple(int(n) for n in _episodes_table(Path(root))["length"])
+
+
+@functools.cache
+def gop_frames(root: str, camera: str) -> int | None:
+    """Frames between key frames of ``camera``'s first video file (the median), or None."""
+    import av
+
+    files = sorted((Path(root) / "videos" / camera).rglob("*.mp4"))
+    if not files:
+        return None
+    with av.open(str(files[0])) as container:
+        keys = [
+            i
+            for i, packet in enumerate(container.demux(container.streams.video[0]))
+            if packet.size and packet.is_keyframe
+        ]
+    gaps = [b - a for a, b in itertools.pairwise(keys)]
+    return int(statistics.median(gaps)) if gaps else None
+
+
+def mixing_figures(result: dict, facts: DatasetFacts) -> dict[str, Any]:
+    """Distinct episodes per batch and same-episode pairs within 5 frames / one GOP, next to a uniform
+    shuffle of the same selection and batch size (``lerobot_nodes.batch_mixing``)."""
+    mixing = result.get("mixing")
+    if not mixing:
+        return {}
+    from lerobot_nodes.batch_mixing import MixingTally
+
+    tally = MixingTally()
+    start = 0
+    for size in mixing["sizes"]:
+        tally.observe(mixing["episodes"][start : start + size], mixing["frames"][start : start + size])
+        start += size
+    gop = gop_frames(facts.root, facts.camera_keys[0]) if facts.camera_keys else None
+    figures = tally.figures(list(selection_lengths(facts.root)), gop=gop)
+    return {
+        "distinct_episodes": figures.distinct_episodes,
+        "uniform_distinct_episodes": figures.uniform_distinct_episodes,
+        "pairs_within_5_pct": 100 * figures.near_pairs,
+        "uniform_pairs_within_5_pct": 100 * figures.uniform_near_pairs,
+        **(
+            {
+                "pairs_within_gop_pct": 100 * figures.gop_pairs,
+                "uniform_pairs_within_gop_pct": 100 * figures.uniform_gop_pairs,
+            }
+            if gop
+            else {}
+        ),
+    }
+
+
 def derive(record: dict, facts: DatasetFacts) -> None:
     """Per-run figures from the raw measurements."""
     result = record.get("result")
@@ -547,6 +603,7 @@ def derive(record: dict, facts: DatasetFacts) -> None:
         m["steady_read_per_payload"] = (end["read_bytes"] - first["read_bytes"]) / steady_payload
         m["steady_rchar_per_payload"] = (end["rchar"] - first["rchar"]) / steady_payload
     m.update(decode_figures(result, fps))
+    m.update(mixing_figures(result, facts))
     record["metrics"] = m
 
 
@@ -879,6 +936,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{i}/{len(runs)} {what} {spec.loader} {spec.dataset} {spec.window} w{spec.num_workers}: "
                     f"{_fmt(m.get('samples_per_s'))} samples/s, ttfb {_fmt(m.get('ttfb_s'))} s, "
                     f"PSS {_fmt(m.get('peak_pss_mb'))} MB, decoded/delivered {_fmt(m.get('decoded_per_delivered'))}, "
+                    f"episodes/batch {_fmt(m.get('distinct_episodes'))} (uniform {_fmt(m.get('uniform_distinct_episodes'))}), "
+                    f"pairs within 5 frames {_fmt(m.get('pairs_within_5_pct'))} % (uniform {_fmt(m.get('uniform_pairs_within_5_pct'))} %), "
                     f"wall {record['wall_s']:.0f} s"
                 )
             else:

@@ -102,7 +102,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 FLOORS: list[tuple[str, ...]] = [
     ("_version", "errors", "atomic", "home", "config"),  # what everything may use
     ("workers",),  # DataLoader worker processes, shared-memory segments
-    ("metrics",),  # the sink nodes count into, the shared counter table
+    ("metrics", "batch_mixing"),  # the sink nodes count into, the shared counter table; batch-mixing figures
     ("sources",),  # bytes: local, fsspec, Hub, HTTP
     ("format",),  # LeRobot v3 on disk: meta, data Parquet, depth
     ("mp4",),  # MP4 boxes, indexes, clips, decoding

@@ -114,7 +114,7 @@ def test_inspect_lists_the_problem(dataset_copy, case):
     command = [sys.executable, "-m", "lerobot_nodes.cli.main", "inspect", f"--dataset.root={dataset_copy}"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr
-    assert result.stdout.splitlines()[-2:] == ["video metadata: 1 problem(s)", f"  {problem}"]
+    assert result.stdout.splitlines()[-2:] == ["video metadata: 1 problem", f"  {problem}"]
     assert "Traceback" not in result.stderr
 
 
@@ -127,7 +127,7 @@ def test_every_problem_is_counted_at_open_and_listed_by_inspect(dataset_copy, ca
     assert cli_main(["inspect", f"--dataset.root={dataset_copy}"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[-4:] == [
-        "video metadata: 3 problem(s)",
+        "video metadata: 3 problems",
         f"  {CASES['codec'][1]}",
         f"  videos/{WRIST}/chunk-000/file-000.mp4 (camera {WRIST}): {INFO} says fps 60; the stream has fps 30",
         f"  {CASES['span'][1]}",

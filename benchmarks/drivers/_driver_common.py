@@ -20,7 +20,9 @@ Measurements taken here (the harness adds memory and whole-run I/O):
 * ``/proc/<pid>/io`` (``read_bytes``, ``rchar``) and CPU time of this process and all descendants,
   and the decoded-frame counter of ``decode_counter.c``, at the first and the last batch, so
   steady-state ratios exclude start-up and worker imports;
-* after the timed batches, an exact decoded-frames-per-delivered-frame check (``_decode_check``).
+* after the timed batches, an exact decoded-frames-per-delivered-frame check (``_decode_check``);
+* each timed batch's ``episode_index`` and ``frame_index`` (``mixing``), from which the harness
+  computes the batch-mixing figures (``lerobot_nodes.batch_mixing``) next to a uniform shuffle's.
 """
 
 from __future__ import annotations
@@ -174,6 +176,14 @@ def _batch_len(batch: Mapping[str, Any], camera_keys: list[str]) -> int:
     return int(batch[camera_keys[0]].shape[0])
 
 
+def _indexes(batch: Mapping[str, Any]) -> tuple[list[int], list[int]] | None:
+    """The batch's ``episode_index`` and ``frame_index`` as lists (None when it has none)."""
+    episodes, frames = batch.get("episode_index"), batch.get("frame_index")
+    if episodes is None or frames is None:
+        return None
+    return [int(x) for x in episodes.reshape(-1).tolist()], [int(x) for x in frames.reshape(-1).tolist()]
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -267,6 +277,7 @@ def main(build: Callable[[dict[str, Any]], tuple[Iterable[Any], dict[str, Any]]]
     shapes: dict[str, list[int]] = {}
     t_last = t_first = t0
     batches = 0
+    mixing: dict[str, list[int]] = {"episodes": [], "frames": [], "sizes": []}
     while num_batches is None or batches < num_batches:
         before = time.perf_counter()
         try:
@@ -277,6 +288,11 @@ def main(build: Callable[[dict[str, Any]], tuple[Iterable[Any], dict[str, Any]]]
         batches += 1
         samples += _batch_len(batch, camera_keys)
         t_last = now
+        indexes = _indexes(batch)
+        if indexes is not None:
+            mixing["episodes"] += indexes[0]
+            mixing["frames"] += indexes[1]
+            mixing["sizes"].append(len(indexes[0]))
         if batches == 1:
             t_first = now
             frames_per_sample, shapes = _frames_per_sample(batch, camera_keys)
@@ -320,6 +336,7 @@ def main(build: Callable[[dict[str, Any]], tuple[Iterable[Any], dict[str, Any]]]
         "cpu_first_s": first.get("cpu"),
         "cpu_end_s": cpu_end,
         "decode_check": decode_check,
+        "mixing": mixing if mixing["sizes"] else None,
     }
     _emit(RESULT + json.dumps(result))
     _wait()

@@ -55,6 +55,12 @@ class StreamingConfig:
     order before GOP runs; the same order as GOP runs for LeRobot's ``g=2`` without history).
     ``streaming_decoded_frame_budget_mb`` bounds the decoded frames the video decoders keep
     between samples (least recently used dropped first); a smaller budget only costs decoding.
+
+    ``streaming_disk_cache_gb`` bounds the node-local disk cache of remote byte ranges
+    (``lerobot_nodes.sources.range_cache``): unset, the smaller of 50 GB and a quarter of the
+    free space where it lives; ``0`` turns it off. ``streaming_disk_cache_dir`` is where it lives
+    (unset: ``$HF_LEROBOT_HOME/streaming-bytes``; a node-local NVMe is a good place). Local
+    folders are never cached. Neither option is part of the resume identity.
     """
 
     streaming_episode_pool_size: int | None = None
@@ -71,6 +77,8 @@ class StreamingConfig:
     streaming_sidecar_lock_timeout_s: float = 1800.0
     streaming_http_retries: int = 8
     streaming_http_timeout_s: float = 30.0
+    streaming_disk_cache_gb: float | None = None
+    streaming_disk_cache_dir: str | None = None
     max_num_shards: int = 16
 
     def __post_init__(self) -> None:
@@ -99,6 +107,17 @@ class StreamingConfig:
             )
         _check_int("streaming_http_retries", self.streaming_http_retries, minimum=1)
         _check_positive_float("streaming_http_timeout_s", self.streaming_http_timeout_s)
+        size = self.streaming_disk_cache_gb
+        if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or not math.isfinite(size)
+                                 or size < 0):
+            raise ConfigError(
+                f"--dataset.streaming_disk_cache_gb must be a number of GB >= 0 (0 turns the disk cache off) or unset "
+                f"for the default (the smaller of 50 GB and a quarter of the free space), got {size!r}"
+            )
+        folder = self.streaming_disk_cache_dir
+        if folder is not None and (not isinstance(folder, str) or not folder.strip()):
+            raise ConfigError(f"--dataset.streaming_disk_cache_dir must be a folder path or unset "
+                              f"(default $HF_LEROBOT_HOME/streaming-bytes), got {folder!r}")
         _check_int("max_num_shards", self.max_num_shards, minimum=1)
 
     # -- per-rank limits split over a rank's workers --------------------------------------

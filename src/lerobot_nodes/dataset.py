@@ -33,16 +33,17 @@ from .format.depth import DEFAULT_DEPTH_UNIT
 from .format.meta import DatasetMeta, load_meta, select_episodes
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
-from .nodes.sharder import max_workers_for_rank, worker_episodes
+from .nodes.sharder import max_workers_for_rank, rank_episodes, worker_episodes
 from .resume.identity import check_identity, dataset_identity
 from .resume.orchestrator import PlainEpochs, ResumeOrchestrator
 from .resume.planning import StepCheckpoint, Topology, WorkerStart
 from .resume.schedules import RankSchedule, plain_samplers
 from .sample.assemble import SampleSpec
-from .sidecar import open_video_indexes
+from .sidecar import default_build_workers, open_video_indexes
 from .sources import ByteSource
 from .sources.http_range import HttpOptions
 from .sources.listed import ListedHttpSource
+from .sources.range_cache import byte_cache_from_options
 from .sources.resolve import open_source
 from .streaming_graph import (
     BatchOptions,
@@ -116,8 +117,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     Guarantees: over one epoch the ranks and workers together yield every frame of the
     selected episodes exactly once; the same seed gives the same order; a state saved by
     ``StatefulDataLoader`` (or :meth:`state_dict`) resumes exactly where it was taken.
-    Construction raises :class:`MetadataError` when the MP4s of the selected episodes
-    contradict the metadata (``lerobot_nodes.video_checks``), before any worker starts.
+    Construction raises :class:`MetadataError` when the MP4s of this rank's episodes
+    contradict the metadata (``lerobot_nodes.video_checks``), before any worker starts; every
+    rank checks its own episodes, so the ranks together check every selected episode.
 
     ``batch_size``: iterating yields whole batches collated in the reader (a DataLoader worker:
     one shared-memory segment per batch) instead of samples; use it with ``batch_size=None``
@@ -156,6 +158,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.source = open_source(
             root, repo_id=repo_id, revision=revision, repo_type=repo_type, token=token, http=http_options(config, 1)
         )
+        if self.source.caches_bytes:  # remote bytes go through the node-local disk cache; a local folder never does
+            self.source.use_byte_cache(
+                byte_cache_from_options(config.streaming_disk_cache_gb, config.streaming_disk_cache_dir)
+            )
         self.meta: DatasetMeta = load_meta(self.source, repo_id=repo_id)
         self.episodes = select_episodes(self.meta, episodes)
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else None
@@ -188,18 +194,39 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self._resume = ResumeOrchestrator()
 
     def _open_indexes(self) -> dict[str, VideoIndex]:
-        """The MP4 indexes of the selected episodes, checked against the metadata.
+        """The MP4 indexes of this rank's episodes, checked against the metadata.
 
         Opened here, in the main process, so that metadata the videos contradict (camera info,
-        spans past the end of a file) fails the construction instead of a frame mid-epoch.
-        Workers open their own share again, from the cache this open fills.
+        spans past the end of a file) fails the construction instead of a frame mid-epoch. Only
+        the files of the episodes this rank reads (``nodes.sharder.rank_episodes``) are opened
+        and checked: every rank checks its own share, so the ranks together check every selected
+        episode once, and no rank opens (or builds) the indexes of files it never reads. Workers
+        open their own share again, from the cache this open fills.
         """
-        paths = self.meta.video_files(self.episodes)
-        indexes = open_video_indexes(
-            self.source, self.meta, paths, lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s
-        )
-        check_video_metadata(self.meta, indexes, self.episodes, self.tolerance_s)
+        episodes = rank_episodes(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
+        paths = self.meta.video_files(episodes)
+        workers = self._index_build_workers()
+        listed = self.source if isinstance(self.source, ListedHttpSource) else None
+        if self.config.streaming_native_http_connections is not None:
+            listed = None  # the user's connection budget stands
+        if listed is not None:  # one connection per file in flight while indexing (the reader's default is max_num_shards)
+            listed.set_http_options(dataclasses.replace(http_options(self.config, 1), connections=workers))
+        try:
+            indexes = open_video_indexes(
+                self.source, self.meta, paths, lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s,
+                build_workers=workers,
+            )
+        finally:
+            if listed is not None:
+                listed.set_http_options(http_options(self.config, 1))
+        check_video_metadata(self.meta, indexes, episodes, self.tolerance_s)
         return indexes
+
+    def _index_build_workers(self) -> int:
+        """Video files indexed at once when indexes must be built: ``streaming_native_http_connections``
+        when set (the rank's connection budget), else ``sidecar.default_build_workers`` (4 local, 32 remote)."""
+        explicit = self.config.streaming_native_http_connections
+        return int(explicit) if explicit is not None else default_build_workers(self.source)
 
     def _lengths(self) -> list[int]:
         """Frame counts of the selected episodes, aligned with ``self.episodes``."""

@@ -12,12 +12,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from .batch_mixing import BatchMixing, MixingTally
 from .workers.shared_segments import attach_untracked, release
 
 logger = logging.getLogger("lerobot_nodes.metrics")
@@ -78,15 +79,30 @@ GAUGE_NAMES = (
     "budget_bytes",
     "http_requests",
     "http_retries",
+    "hub_api_requests",
+    "hub_resolver_requests",
+    "hub_cdn_requests",
+    "hub_rate_limited",
+    "disk_cache_hits",
+    "disk_cache_misses",
+    "disk_cache_bytes_served",
+    "disk_cache_bytes_stored",
+    "disk_cache_evictions",
     "decoded_resident_bytes",
     "decoded_resident_frames",
     "peak_decoded_bytes",
     "peak_decoded_frames",
     "decoded_budget_bytes",
+    "gop_frames",
 )
 """Per-worker gauges (set, not added): reserved/resident bytes, the budget, the HTTP request and
-retry totals of the worker's remote source, and the decoded frames its video decoders keep
-(bytes and frames now, their peaks, and the decoded-frame budget)."""
+retry totals of the worker's remote source and its requests by the Hub's rate-limit classes (``hub_api_requests``:
+``/api/...``; ``hub_resolver_requests``: ``/resolve/...`` and bucket file URLs, or a plain HTTP root's files;
+``hub_cdn_requests``: reads of redirect targets; ``hub_rate_limited``: 429 answers waited out), its disk byte cache totals (blocks found and fetched,
+bytes served from disk and stored, blocks evicted; lerobot_nodes.sources.range_cache), and the decoded frames its video decoders keep
+(bytes and frames now, their peaks, and the decoded-frame budget); ``gop_frames``: the GOP size of
+the worker's video (frames between key frames, the median over its first clip), read as the maximum
+over workers, not the sum."""
 
 COUNTER_NAMES = (
     "samples",
@@ -175,6 +191,10 @@ class WorkerCounters:
     def totals(self) -> dict[str, float]:
         return {name: float(self._table[:, i].sum()) for i, name in enumerate(COUNTER_NAMES)}
 
+    def maximum(self, name: str) -> float:
+        """The largest value of ``name`` over the workers' rows (for gauges that are not amounts)."""
+        return float(self._table[:, _COLUMN[name]].max())
+
     def close(self) -> None:
         """Detach (and, in the creating process, remove) the shared table; totals read 0 after."""
         if self._memory is not None:
@@ -243,6 +263,15 @@ class MetricsReport:
     frames_delivered: int
     http_requests: int = 0
     http_retries: int = 0
+    hub_api_requests: int = 0
+    hub_resolver_requests: int = 0
+    hub_cdn_requests: int = 0
+    hub_rate_limited: int = 0
+    disk_cache_hits: int = 0
+    disk_cache_misses: int = 0
+    disk_cache_bytes_served: int = 0
+    disk_cache_bytes_stored: int = 0
+    disk_cache_evictions: int = 0
     decoded_resident_bytes: int = 0
     decoded_resident_frames: int = 0
     peak_decoded_bytes: int = 0
@@ -250,6 +279,8 @@ class MetricsReport:
     decoded_budget_bytes: int = 0
     batch_segments_created: int = 0
     batch_segments_reused: int = 0
+    mixing: BatchMixing = field(default_factory=BatchMixing)
+    """Distinct episodes per batch and same-episode near pairs, next to a uniform shuffle (:mod:`lerobot_nodes.batch_mixing`)."""
 
     @property
     def decoded_per_delivered(self) -> float:
@@ -273,6 +304,20 @@ class MetricsReport:
             f"{self.decoded_resident_bytes / 1e6:.1f} MB decoded frames kept (peak {self.peak_decoded_bytes / 1e6:.1f} of "
             f"{self.decoded_budget_bytes / 1e6:.1f} MB)"
             + (f" | http requests/retries {self.http_requests}/{self.http_retries}" if self.http_requests else "")
+            + (
+                f" | hub api/resolver/cdn {self.hub_api_requests}/{self.hub_resolver_requests}/{self.hub_cdn_requests}"
+                + (f", {self.hub_rate_limited} rate-limited" if self.hub_rate_limited else "")
+                if self.hub_api_requests or self.hub_resolver_requests or self.hub_cdn_requests
+                else ""
+            )
+            + (
+                f" | disk cache hits/misses {self.disk_cache_hits}/{self.disk_cache_misses} blocks, "
+                f"{self.disk_cache_bytes_served / 1e6:.1f} MB served, {self.disk_cache_bytes_stored / 1e6:.1f} MB stored, "
+                f"{self.disk_cache_evictions} evicted"
+                if self.disk_cache_hits or self.disk_cache_misses
+                else ""
+            )
+            + (f" | {self.mixing.line()}" if self.mixing.batches else "")
         )
 
     def table(self) -> str:
@@ -298,6 +343,15 @@ class MetricsReport:
             ("decoded frame budget (bytes)", self.decoded_budget_bytes),
             ("HTTP requests (remote sources)", self.http_requests),
             ("HTTP retries (transient faults survived)", self.http_retries),
+            (
+                "Hub requests: API / resolver / CDN",
+                f"{self.hub_api_requests} / {self.hub_resolver_requests} / {self.hub_cdn_requests}",
+            ),
+            ("Hub 429s waited out (rate limits)", self.hub_rate_limited),
+            ("disk cache hits / misses (blocks)", f"{self.disk_cache_hits} / {self.disk_cache_misses}"),
+            ("disk cache bytes served / stored", f"{self.disk_cache_bytes_served} / {self.disk_cache_bytes_stored}"),
+            ("disk cache blocks evicted", self.disk_cache_evictions),
+            *self.mixing.rows(),
         ]
         width = max(len(str(name)) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
@@ -313,12 +367,36 @@ class StreamingMetrics:
         self.log_every_s = log_every_s
         self._started = time.perf_counter()
         self._last_log = self._started
+        self.mixing = MixingTally()
+        self.selection_lengths: np.ndarray | None = None
+        self.gop_frames: int | None = None
+
+    def set_selection(self, lengths: Iterable[int], gop_frames: int | None = None) -> None:
+        """The selected episodes' lengths (and the GOP size, if known), for the uniform baseline of the
+        batch-mixing figures; :meth:`timed` finds them itself on a loader of a dataset with ``meta`` and
+        ``episodes`` (a ``StreamingLeRobotDataset``)."""
+        self.selection_lengths = np.fromiter((int(n) for n in lengths), dtype=np.int64)
+        if gop_frames is not None:
+            self.gop_frames = int(gop_frames)
+
+    def _find_selection(self, batches: object) -> None:
+        dataset = getattr(batches, "dataset", batches)
+        meta, episodes = getattr(dataset, "meta", None), getattr(dataset, "episodes", None)
+        table = getattr(getattr(meta, "episodes", None), "length", None)
+        if table is None or episodes is None:
+            return
+        try:
+            self.selection_lengths = np.asarray(table, dtype=np.int64)[np.asarray(list(episodes), dtype=np.int64)]
+        except (IndexError, TypeError, ValueError):
+            self.selection_lengths = None
 
     def timed(self, batches: Iterable[T], batch_size_of=None) -> Iterator[T]:  # type: ignore[no-untyped-def]
         """Yield from ``batches``, recording how long each ``next()`` waited and how many samples
         reached the training loop (``batch_size_of(batch)``, by default the length of a collated
         batch), so the report counts delivered samples, not samples workers decoded ahead."""
         batch_size_of = batch_size_of or collated_batch_size
+        if self.selection_lengths is None:
+            self._find_selection(batches)
         iterator = iter(batches)
         if not self.batch_waits:
             self._started = time.perf_counter()
@@ -328,6 +406,7 @@ class StreamingMetrics:
                 batch = next(iterator)
             except StopIteration:
                 return
+            self.mixing.observe_batch(batch)
             self.record_batch(time.perf_counter() - started, batch_size_of(batch))
             yield batch
 
@@ -360,6 +439,15 @@ class StreamingMetrics:
             frames_delivered=int(totals["frames_delivered"]),
             http_requests=int(totals["http_requests"]),
             http_retries=int(totals["http_retries"]),
+            hub_api_requests=int(totals["hub_api_requests"]),
+            hub_resolver_requests=int(totals["hub_resolver_requests"]),
+            hub_cdn_requests=int(totals["hub_cdn_requests"]),
+            hub_rate_limited=int(totals["hub_rate_limited"]),
+            disk_cache_hits=int(totals["disk_cache_hits"]),
+            disk_cache_misses=int(totals["disk_cache_misses"]),
+            disk_cache_bytes_served=int(totals["disk_cache_bytes_served"]),
+            disk_cache_bytes_stored=int(totals["disk_cache_bytes_stored"]),
+            disk_cache_evictions=int(totals["disk_cache_evictions"]),
             decoded_resident_bytes=int(totals["decoded_resident_bytes"]),
             decoded_resident_frames=int(totals["decoded_resident_frames"]),
             peak_decoded_bytes=int(totals["peak_decoded_bytes"]),
@@ -367,4 +455,7 @@ class StreamingMetrics:
             decoded_budget_bytes=int(totals["decoded_budget_bytes"]),
             batch_segments_created=int(totals["batch_segments_created"]),
             batch_segments_reused=int(totals["batch_segments_reused"]),
+            mixing=self.mixing.figures(
+                self.selection_lengths, self.gop_frames or int(self.counters.maximum("gop_frames")) or None
+            ),
         )

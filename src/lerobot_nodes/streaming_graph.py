@@ -19,16 +19,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from torchdata.nodes import BaseNode, Mapper
 
 from .batch_memory.batch_slots import BatchSlots
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, IN_PROCESS_KEEP, RecycledStorages
-from .config import StreamingConfig, resolve_seed
+from .config import BYTES_PER_MB, DEFAULT_RANK_POOL_SIZE, StreamingConfig, resolve_seed
 from .fetch.byte_cache import ByteBudget, EpisodeByteCache
 from .fetch.episode_fetch import EpisodeFetcher, VideoIndexProvider, default_index_provider, preferring_opened
 from .format.depth import DEFAULT_DEPTH_UNIT
 from .format.meta import DatasetMeta
 from .metrics import MetricsSink, NullMetrics
+from .mp4.decode import DEFAULT_FRAME_CACHE_SIZE, REORDER_FRAMES
 from .mp4.index import VideoIndex
 from .nodes.batcher import SampleBatcher
 from .nodes.decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, apply_image_transforms
@@ -101,17 +103,27 @@ class StreamingGraph:
 
 
 def reporting_transfers(fetch: Callable[[int], Any], source: ByteSource, metrics: MetricsSink) -> Callable[[int], Any]:
-    """``fetch``, followed by a report of the source's HTTP request and retry totals (remote sources)."""
-    if not hasattr(source, "http_stats"):
+    """``fetch``, followed by a report of the source's HTTP request and retry totals and its requests
+    by the Hub's rate-limit classes (API, resolver, CDN, 429s waited out; remote sources) and of its disk byte cache (hits, misses, bytes served and stored, evictions)."""
+    cache = source.byte_cache
+    if not hasattr(source, "http_stats") and cache is None:
         return fetch
 
     def fetch_and_report(episode: int) -> Any:
         try:
             return fetch(episode)
         finally:
-            stats = source.http_stats  # type: ignore[attr-defined]
-            metrics.set("http_requests", stats.requests)
-            metrics.set("http_retries", stats.retries)
+            if hasattr(source, "http_stats"):
+                stats = source.http_stats
+                metrics.set("http_requests", stats.requests)
+                metrics.set("http_retries", stats.retries)
+                metrics.set("hub_api_requests", stats.api_requests)
+                metrics.set("hub_resolver_requests", stats.resolver_requests)
+                metrics.set("hub_cdn_requests", stats.cdn_requests)
+                metrics.set("hub_rate_limited", stats.rate_limited)
+            if cache is not None:
+                for name, value in cache.stats.as_dict().items():
+                    metrics.set(f"disk_cache_{name}", value)
 
     return fetch_and_report
 
@@ -149,6 +161,44 @@ def anchor_runs(
         return gop_run_starts(gop_starts(episode), lookback)
 
     return run_starts, f"gop-skew-{GOP_SKEW_FRAMES}-lookback-{lookback}"
+
+
+MAX_OPEN_RUNS = 8
+"""Anchor runs of one episode open at once at most (see :func:`open_anchor_runs`)."""
+
+REORDERING_CODECS = frozenset({"h264", "hevc"})
+"""Codecs whose streams may present frames out of decode order (B-frames): their decoders keep
+the frames a drain outputs past its target (``mp4.decode.REORDER_FRAMES``)."""
+
+
+def open_anchor_runs(config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec) -> int:
+    """How many anchor runs of an episode the schedule keeps open at once (GOP runs only).
+
+    Each open run has its own clip decoder per camera, which keeps up to ``window + 3`` frames
+    (B-frame codecs; ``window`` otherwise, at most 5) of the camera's RGB size in the decoded-frame
+    budget. The runs are as many as the rank's decoded-frame budget holds for every episode of a
+    rank pool (the explicit pool size, else 32) and every camera, between 1 and
+    :data:`MAX_OPEN_RUNS`. A pure function of the settings and ``meta/info.json``, the same for
+    every topology (elastic resume replays other topologies' schedules with it).
+    """
+    cameras = [key for key in meta.video_keys if key not in spec.depth_videos] or list(meta.video_keys)
+    if not config.streaming_gop_runs or not cameras:
+        return 1
+    frame_bytes, kept = 0, 1
+    for key in cameras:
+        feature = meta.features[key]
+        shape = [int(n) for n in feature.get("shape") or ()]
+        pixels = int(np.prod(shape[:2])) if len(shape) >= 2 else 0
+        frame_bytes += pixels * 3
+        codec = str((feature.get("info") or {}).get("video.codec", ""))
+        reorder = REORDER_FRAMES if codec in REORDERING_CODECS else 0
+        kept = max(kept, min(DEFAULT_FRAME_CACHE_SIZE, spec.camera_window_frames() + reorder))
+    pool = config.streaming_episode_pool_size or DEFAULT_RANK_POOL_SIZE
+    per_run = pool * frame_bytes * kept
+    if per_run <= 0:
+        return 1
+    budget = int(config.streaming_decoded_frame_budget_mb * BYTES_PER_MB)
+    return int(min(MAX_OPEN_RUNS, max(1, budget // per_run)))
 
 
 @dataclass(frozen=True)
@@ -261,24 +311,28 @@ def schedule_sampler(
         carried=schedule.carried,
         run_starts=runs.run_starts,
         runs=runs.rule,
+        open_runs=runs.open_runs,
     )
 
 
 @dataclass(frozen=True)
 class SampleRuns:
     """What the pool sampler knows of the episodes' bytes: ``episode_cost`` (exact clip bytes, from the
-    MP4 indexes; None without video) and the anchor runs (:func:`anchor_runs`)."""
+    MP4 indexes; None without video), the anchor runs (:func:`anchor_runs`) and how many of an
+    episode's runs are open at once (:func:`open_anchor_runs`)."""
 
     episode_cost: Callable[[int], int] | None = None
     run_starts: Callable[[int], Any] | None = None
     rule: str = "pairs"
+    open_runs: int = 1
 
     @classmethod
     def of(cls, config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, fetcher: EpisodeFetcher) -> SampleRuns:
         if not meta.video_keys:
             return cls()
         run_starts, rule = anchor_runs(config, meta, spec, fetcher.gop_starts)
-        return cls(fetcher.cost, run_starts, rule)
+        open_runs = open_anchor_runs(config, meta, spec) if run_starts is not None else 1
+        return cls(fetcher.cost, run_starts, rule, open_runs)
 
 
 def build_streaming_graph(
@@ -332,13 +386,16 @@ def build_streaming_graph(
         # Behind a batcher without transforms the rows are gathered per batch (lerobot_nodes.sample.batch_rows).
         SampleAssembler(spec, tolerance_s=samples.tolerance_s, return_uint8=samples.return_uint8, defer_rows=in_batch),
         num_threads=config.streaming_decode_threads,
-        decoder_cache_size=config.worker_decoder_cache_size(sampler.pool_size, len(meta.video_keys), reader.num_workers),
+        decoder_cache_size=config.worker_decoder_cache_size(
+            sampler.pool_size, len(meta.video_keys) * sampler.open_runs, reader.num_workers
+        ),
         decoder_factory=services.decoder_factory,
         decoded_frame_budget_bytes=config.worker_decoded_frame_budget(reader.num_workers),
         metrics=metrics,
         decode_error_hint=_stale_index_hint(source, meta) if services.index_provider is None else None,
         slots=slots,
         camera_window_frames=spec.camera_window_frames(),
+        decoders_per_clip=sampler.open_runs,
     )
     # Behind a batcher the state is asked at batch boundaries only: snapshot there, not per sample.
     snapshot_every = batches.batch_size if batches is not None else 1

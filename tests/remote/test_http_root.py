@@ -171,7 +171,8 @@ def test_a_video_vanishing_mid_epoch_is_a_clear_error(serve, http_dataset):
     from lerobot_nodes.loader import streaming_dataloader
 
     server = serve(http_dataset)
-    dataset = streaming(server.url)
+    # Without the disk cache: with it, the blocks the index build fetched at open would still serve the file.
+    dataset = streaming(server.url, config=CONFIG.__class__(**{**CONFIG.as_dict(), "streaming_disk_cache_gb": 0}))
     video = dataset.meta.video_files()[-1]
     batches = iter(streaming_dataloader(dataset, batch_size=2, num_workers=0))
     next(batches)

@@ -88,7 +88,8 @@ def test_bucket_epoch_equals_local(hub, hub_dataset):
 def test_every_fifth_range_read_failing_gives_exactly_the_fault_free_epoch(hub, hub_dataset):
     hub.fault_every = 5
     hub.stall_s = 2.0
-    config = CONFIG.__class__(**{**CONFIG.as_dict(), "streaming_http_timeout_s": 0.5})
+    # The store's fault paths: without the disk cache every range goes to the server.
+    config = CONFIG.__class__(**{**CONFIG.as_dict(), "streaming_http_timeout_s": 0.5, "streaming_disk_cache_gb": 0})
     dataset = streaming(repo_id=REPO, config=config)
     samples = epoch_samples(dataset, num_workers=0)
     kinds = {"503", "reset", "close", "short", "stall"}
@@ -102,7 +103,8 @@ def test_every_fifth_range_read_failing_gives_exactly_the_fault_free_epoch(hub, 
 
 
 def test_a_file_that_vanishes_mid_epoch_is_a_clear_error_in_bounded_time(hub, hub_dataset):
-    dataset = streaming(repo_id=REPO)
+    # Without the disk cache: with it, the blocks the index build fetched at open would still serve the file.
+    dataset = streaming(repo_id=REPO, config=CONFIG.__class__(**{**CONFIG.as_dict(), "streaming_disk_cache_gb": 0}))
     video = dataset.meta.video_files()[-1]
     dataset_iter = iter(epoch_iterator(dataset))
     next(dataset_iter)

@@ -1,8 +1,10 @@
-"""``lerobot-nodes cache list|clear``: the local caches of MP4 indexes and remote metadata.
+"""``lerobot-nodes cache list|clear``: the local caches of MP4 indexes, remote metadata and remote bytes.
 
-Two folders under ``$HF_LEROBOT_HOME``: ``streaming-indexes`` (one entry per dataset revision,
-``g<generation>/<entry>/records/*.idx``, guarded by ``build.lock``) and ``streaming-meta``
-(``datasets/<owner--name>/<commit>/``, ``buckets/<owner--name>/`` and ``http/<host--path>/``).
+Three folders under ``$HF_LEROBOT_HOME``: ``streaming-indexes`` (one entry per dataset revision,
+``g<generation>/<entry>/records/*.idx``, guarded by ``build.lock``), ``streaming-meta``
+(``datasets/<owner--name>/<commit>/``, ``buckets/<owner--name>/`` and ``http/<host--path>/``)
+and ``streaming-bytes``, the disk byte cache (``blocks-1MiB/<owner--name or store>/<file>/``, one
+entry per store; lerobot_nodes.sources.range_cache).
 Entries are immutable and a replaced file gets a new record, so clearing is never needed for
 correctness, except when a file was replaced without its identity changing (same size, restored
 mtime and inode).
@@ -22,6 +24,7 @@ from filelock import FileLock, Timeout
 from ..sidecar.cache import default_cache_root
 from ..sidecar.locking import BuildLock
 from ..sources.file_cache import default_file_cache_root, slug
+from ..sources.range_cache import ByteRangeCache, default_byte_cache_root, scan_blocks
 
 LOCK_NAME = "build.lock"
 
@@ -30,7 +33,7 @@ LOCK_NAME = "build.lock"
 class CacheItem:
     """One cache entry: what it holds and where."""
 
-    kind: str  # "indexes" or "meta"
+    kind: str  # "indexes", "meta" or "bytes"
     dataset: str
     revision: str
     records: int
@@ -71,20 +74,52 @@ def meta_items(root: Path | None = None) -> Iterator[CacheItem]:
     root = root or default_file_cache_root()
     for entry in sorted(root.glob("datasets/*/*")):
         if entry.is_dir():
-            files = [p for p in entry.iterdir() if p.is_file()]
+            files = _entries(entry)
             yield CacheItem("meta", entry.parent.name.replace("--", "/", 1), entry.name, len(files), _size(entry), entry)
     for entry in sorted(root.glob("buckets/*")):
         if entry.is_dir():
-            files = [p for p in entry.iterdir() if p.is_file()]
+            files = _entries(entry)
             yield CacheItem("meta", entry.name.replace("--", "/", 1), "bucket", len(files), _size(entry), entry)
     for entry in sorted(root.glob("http/*")):
         if entry.is_dir():  # plain http(s) roots: one folder per URL, entries keyed by ETag or Last-Modified
-            files = [p for p in entry.iterdir() if p.is_file()]
+            files = _entries(entry)
             yield CacheItem("meta", f"http root {entry.name}", "unpinned", len(files), _size(entry), entry)
+    hub = root / "hub"
+    if hub.is_dir():  # Hub answers shared by a node's processes: revisions, refs, redirect targets
+        yield CacheItem("meta", "Hub answers", "shared", len(_entries(hub, recursive=True)), _size(hub), hub)
+
+
+def _entries(folder: Path, recursive: bool = False) -> list[Path]:
+    """Cached files of ``folder``, without the hidden lock files that guard their fetches."""
+    found = folder.rglob("*") if recursive else folder.iterdir()
+    return [p for p in found if p.is_file() and not (p.name.startswith(".") and p.name.endswith(".lock"))]
+
+
+def byte_items(root: Path | None = None) -> Iterator[CacheItem]:
+    """The entries of ``$HF_LEROBOT_HOME/streaming-bytes``: one per store (Hub repo or bucket, other URL)
+    and block size; ``records`` is the number of its files with cached blocks."""
+    root = root or default_byte_cache_root()
+    for entry in sorted(root.glob("blocks-*/*")):
+        if entry.is_dir():
+            files = sum(1 for child in entry.iterdir() if child.is_dir())
+            label = entry.parent.name.removeprefix("blocks-") + " blocks"
+            yield CacheItem("bytes", entry.name.replace("--", "/", 1), label, files, _size(entry), entry)
 
 
 def cache_items() -> list[CacheItem]:
-    return [*index_items(), *meta_items()]
+    return [*index_items(), *meta_items(), *byte_items()]
+
+
+def byte_cache_line(root: Path | None = None) -> str | None:
+    """Where the disk byte cache is, how much it holds of its default bound; ``None`` when it holds nothing."""
+    root = root or default_byte_cache_root()
+    blocks, held, files = scan_blocks(root)
+    if not blocks and not held:
+        return None
+    bound = ByteRangeCache(root).bound(held)
+    return (f"byte cache {root}: {human_bytes(held)} in {files} files ({len(blocks)} blocks), default bound "
+            f"{human_bytes(bound)} (the smaller of 50 GB and a quarter of the free space; "
+            "--dataset.streaming_disk_cache_gb sets it)")
 
 
 def human_bytes(size: int) -> str:
@@ -99,13 +134,16 @@ def human_bytes(size: int) -> str:
 def run_cache_list() -> int:
     items = cache_items()
     if not items:
-        print(f"the caches are empty: {default_cache_root()}, {default_file_cache_root()}")
+        print(f"the caches are empty: {default_cache_root()}, {default_file_cache_root()}, {default_byte_cache_root()}")
         return 0
     rows = [("kind", "dataset", "revision", "records", "on disk", "path")]
     rows += [(i.kind, i.dataset, i.revision[:12], str(i.records), human_bytes(i.size_bytes), str(i.path)) for i in items]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    line = byte_cache_line()
+    if line is not None:
+        print(line)
     total = sum(i.size_bytes for i in items)
     print(f"{len(items)} entries, {human_bytes(total)}")
     return 0

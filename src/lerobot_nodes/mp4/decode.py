@@ -115,6 +115,12 @@ class DecodedFrameBudget:
             self._frames[self._owners] = OrderedDict()
             return self._owners
 
+    def holds(self, owner: int, pts: int) -> bool:
+        """Whether ``owner``'s frame at ``pts`` is kept (its recency unchanged)."""
+        with self._lock:
+            frames = self._frames.get(owner)
+            return frames is not None and pts in frames
+
     def get(self, owner: int, pts: int) -> av.VideoFrame | None:
         with self._lock:
             frames = self._frames.get(owner)
@@ -352,6 +358,32 @@ class ClipDecoder:
             else:
                 np.divide(self._to_rgb(frame), np.float32(255), out=out[position], dtype=np.float32)
         return out
+
+    def continues_to(self, timestamp_s: float) -> int | None:
+        """Packets this decoder would send to return the frame nearest ``timestamp_s`` without a seek
+        (0: the frame is kept), or None when it would restart at a key frame.
+
+        For a cache of several decoders of one clip (each open anchor run decoded forward by its
+        own): the one that continues cheapest is used. Only a cost; results never depend on it.
+        """
+        with self._lock:
+            times = self._match_times
+            right = min(bisect_left(times, timestamp_s), len(times) - 1)
+            left = max(right - 1, 0)
+            nearest = left if abs(timestamp_s - times[left]) <= abs(times[right] - timestamp_s) else right
+            sample = self._match_samples[nearest]
+            pts = self._pts_list[sample]
+            if self._budget.holds(self._owner, pts):
+                return 0
+            if self._context is None:
+                return None
+            key = self._start_key(sample, pts)
+            resumable = (
+                key <= self._next_sample
+                and pts >= self._valid_from_pts
+                and (self._last_output_pts is None or pts > self._last_output_pts)
+            )
+            return max(0, sample - self._next_sample + 1) if resumable else None
 
     def close(self) -> None:
         """Release the codec context and cached frames (the decoder can still be used after)."""

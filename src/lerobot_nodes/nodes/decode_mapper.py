@@ -85,6 +85,13 @@ class DecoderLRU:
     decoders keep are charged to ``frame_budget`` when the factory is the default one, which
     keeps :func:`~lerobot_nodes.mp4.decode.frames_to_keep` frames per decoder for camera
     windows spanning ``window_frames`` frames (None: the decoder's default).
+
+    ``per_key`` > 1 (the schedule keeps that many anchor runs of an episode open, see
+    :func:`~lerobot_nodes.nodes.pool_sampler.interleave_runs`): up to that many idle decoders per
+    (episode, camera), one per open run. :meth:`checkout` with ``at`` (the first timestamp asked)
+    takes the one that continues there cheapest without a seek (``continues_to``), else opens
+    another while the key has fewer than ``per_key``, else takes its least recently used one. Which
+    decoder serves a query only changes what is decoded, never a frame.
     """
 
     def __init__(
@@ -93,6 +100,7 @@ class DecoderLRU:
         factory: ClipDecoderFactory | None = None,
         frame_budget: DecodedFrameBudget | None = None,
         window_frames: int | None = None,
+        per_key: int = 1,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"decoder cache capacity must be >= 1, got {capacity}")
@@ -100,6 +108,7 @@ class DecoderLRU:
         self._factory = factory
         self.frame_budget = frame_budget if frame_budget is not None else DecodedFrameBudget(None)
         self.window_frames = window_frames
+        self.per_key = max(1, int(per_key))
         self._idle: OrderedDict[tuple[int, str, int], ClipDecoderLike] = OrderedDict()
         self._busy: set[tuple[int, str]] = set()
         self._retired: set[int] = set()
@@ -108,14 +117,28 @@ class DecoderLRU:
         self._returned = threading.Condition(self._lock)
         self.opened = 0
 
-    def checkout(self, episode: int, key: str, clip: Clip) -> tuple[tuple[int, str, int], ClipDecoderLike]:
+    def checkout(
+        self, episode: int, key: str, clip: Clip, at: float | None = None
+    ) -> tuple[tuple[int, str, int], ClipDecoderLike]:
         with self._lock:
             while (episode, key) in self._busy:
                 self._returned.wait()
             self._busy.add((episode, key))
-            for slot in reversed(self._idle):
-                if slot[0] == episode and slot[1] == key:
-                    return slot, self._idle.pop(slot)
+            mine = [slot for slot in self._idle if slot[0] == episode and slot[1] == key]  # LRU first
+            if mine and (self.per_key == 1 or at is None):
+                slot = mine[-1]
+                return slot, self._idle.pop(slot)
+            if mine:
+                best, best_cost = None, None
+                for slot in mine:
+                    continues = getattr(self._idle[slot], "continues_to", None)
+                    cost = continues(at) if continues is not None else None
+                    if cost is not None and (best_cost is None or cost < best_cost):
+                        best, best_cost = slot, cost
+                if best is not None:
+                    return best, self._idle.pop(best)
+                if len(mine) >= self.per_key:
+                    return mine[0], self._idle.pop(mine[0])
             self._serial += 1
             slot = (episode, key, self._serial)
             factory = self._factory
@@ -208,10 +231,10 @@ class SampleAssembler:
 
         def decode(key: str, timestamps: list[float]) -> torch.Tensor | BatchPlace:
             start = payload.clip_starts[key]
-            slot, decoder = decoders.checkout(payload.episode, key, payload.clips[key])
+            queries = [start + t for t in timestamps]
+            slot, decoder = decoders.checkout(payload.episode, key, payload.clips[key], min(queries))
             before = getattr(decoder, "samples_decoded", None)
             try:
-                queries = [start + t for t in timestamps]
                 frames: torch.Tensor | BatchPlace
                 if key in self.spec.depth_videos:
                     frames = decoder.frames_at(queries, self.tolerance_s, self.return_uint8, depth=True)
@@ -281,6 +304,8 @@ class DecodeMapper(BaseNode[PendingSample]):
     bounded by ``decoded_frame_budget_bytes`` (``None``: unbounded) and reported as gauges (``decoded_resident_bytes``/``_frames``,
     ``peak_decoded_bytes``/``_frames``, ``decoded_budget_bytes``) next to ``frames_decoded``
     and ``frames_delivered``.
+    With ``decoders_per_clip`` > 1 (the schedule's open anchor runs per episode), each (episode,
+    camera) keeps up to that many decoders, one per open run (:class:`DecoderLRU`).
     Errors keep their type (e.g. ``FrameTimestampError``) and gain a note naming the episode
     and frame. State: the source state after the last submitted task. ``reset`` and
     ``close`` cancel payload waits and join the threads before touching the source.
@@ -301,6 +326,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         decode_error_hint: Callable[[], str] | None = None,
         slots: BatchSlots | None = None,
         camera_window_frames: int | None = None,
+        decoders_per_clip: int = 1,
     ) -> None:
         super().__init__()
         if num_threads < 1:
@@ -309,7 +335,9 @@ class DecodeMapper(BaseNode[PendingSample]):
         self.assemble = assemble
         self.num_threads = num_threads
         self.frame_budget = DecodedFrameBudget(decoded_frame_budget_bytes)
-        self.decoders = DecoderLRU(decoder_cache_size, decoder_factory, self.frame_budget, camera_window_frames)
+        self.decoders = DecoderLRU(
+            decoder_cache_size, decoder_factory, self.frame_budget, camera_window_frames, per_key=decoders_per_clip
+        )
         self.metrics = metrics or NullMetrics()
         self._record = recorder(self.metrics)
         if decoded_frame_budget_bytes is not None:
@@ -320,6 +348,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         self.slots = slots
         self._executor: ThreadPoolExecutor | None = None
         self._cancelled = threading.Event()
+        self._gop_reported = False
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -354,6 +383,16 @@ class DecodeMapper(BaseNode[PendingSample]):
             executor.shutdown(wait=True, cancel_futures=True)
         self.decoders.clear()
 
+    def _report_gop(self, payload: EpisodePayload) -> None:
+        """The ``gop_frames`` gauge (frames between key frames of the first clip, the median), once:
+        the batch-mixing figures count same-batch pairs within one GOP with it."""
+        self._gop_reported = True
+        for clip in payload.clips.values():
+            keys = np.flatnonzero(np.asarray(clip.layout.keyframes))
+            gop = int(np.median(np.diff(keys))) if len(keys) > 1 else len(clip.layout)
+            self.metrics.set("gop_frames", gop)
+            return
+
     def _run(
         self, task: SampleTask, cancelled: threading.Event, destination: Mapping[str, BatchPlace] | None = None
     ) -> DecodedSample:
@@ -368,6 +407,8 @@ class DecodeMapper(BaseNode[PendingSample]):
                 self.metrics.add("refill_stall_seconds", time.perf_counter() - stalled)
             else:
                 payload = task.wait_payload(cancelled)
+            if not self._gop_reported:
+                self._report_gop(payload)
             started = time.perf_counter()
             try:
                 if destination is None:

@@ -5,6 +5,12 @@ order, and draws anchor frames from it. Each episode's frames are visited in a p
 drawn from (seed, epoch, episode), so every frame of every episode is yielded exactly once
 per epoch. Nothing here does I/O or looks at time: the schedule is a pure function of the
 seed, the epoch, the topology, the pool limits and the episodes' byte costs.
+
+Within an episode, anchors come in runs one key frame decodes forward (GOP runs). Several runs of
+an episode are open at once (``open_runs``, derived from the settings by
+``streaming_graph.open_anchor_runs``) and the episode's anchors take one frame of each in turn,
+so the draws of one episode that share a batch are far apart instead of neighbouring frames
+(issue 24), while each run is still decoded forward, by its own clip decoder.
 """
 
 from __future__ import annotations
@@ -46,6 +52,33 @@ ANCHOR_BLOCK = 2
 """Frames anchored together: LeRobot encodes with a key frame every 2 frames (``g=2``)."""
 
 
+def interleave_runs(runs: Sequence[np.ndarray], open_runs: int) -> np.ndarray:
+    """The frames of ``runs`` with ``open_runs`` of them open at a time, one frame of each in turn.
+
+    Slot ``i`` holds an open run; the order takes the next frame of slot 0, of slot 1, ... and
+    again from slot 0; when a run ends, the next unopened run (in ``runs`` order) takes its slot,
+    and once none is left the slot closes. Each run's frames stay in ascending order (its clip
+    decoder only decodes forward), and ``open_runs = 1`` is the runs one after the other.
+    """
+    runs = [run for run in runs if len(run)]
+    if open_runs <= 1 or len(runs) <= 1:
+        return np.concatenate(runs).astype(np.int64, copy=False) if runs else np.zeros(0, dtype=np.int64)
+    slots: list[tuple[np.ndarray, int]] = [(run, 0) for run in runs[:open_runs]]
+    upcoming = open_runs
+    out: list[int] = []
+    while slots:
+        survivors: list[tuple[np.ndarray, int]] = []
+        for run, position in slots:
+            out.append(int(run[position]))
+            if position + 1 < len(run):
+                survivors.append((run, position + 1))
+            elif upcoming < len(runs):
+                survivors.append((runs[upcoming], 0))
+                upcoming += 1
+        slots = survivors
+    return np.asarray(out, dtype=np.int64)
+
+
 def frame_order(
     seed: int,
     epoch: int,
@@ -53,6 +86,7 @@ def frame_order(
     length: int,
     block: int = ANCHOR_BLOCK,
     run_starts: Sequence[int] | np.ndarray | None = None,
+    open_runs: int = 1,
 ) -> np.ndarray:
     """The order in which the frames of ``episode`` are anchored in ``epoch``.
 
@@ -64,6 +98,11 @@ def frame_order(
     of one episode are still interleaved with the other episodes of the pool, so batches stay
     as mixed. Runs of ``block`` frames and ``run_starts = 0, block, 2 block, ...`` give the same
     order (the same draw).
+
+    ``open_runs`` > 1 (GOP runs only): that many runs are open at once and the episode's anchors
+    take one frame of each in turn (:func:`interleave_runs`), so the anchors of one episode that
+    land in one batch come from different runs, far apart, while each run is still decoded
+    forward by its own clip decoder. The runs and their order are the same draw as with one.
     """
     sequence = np.random.SeedSequence([seed_entropy(seed), int(epoch), int(episode), _FRAME_STREAM])
     length = int(length)
@@ -77,7 +116,7 @@ def frame_order(
     runs = np.random.default_rng(sequence).permutation(len(starts))
     if len(runs) == 0 or length == 0:
         return np.arange(0, dtype=np.int64)
-    return np.concatenate([np.arange(bounds[r], bounds[r + 1], dtype=np.int64) for r in runs])
+    return interleave_runs([np.arange(bounds[r], bounds[r + 1], dtype=np.int64) for r in runs], open_runs)
 
 
 GOP_SKEW_FRAMES = 3
@@ -127,7 +166,9 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
 
     Within an episode, anchors follow :func:`frame_order`: runs from ``run_starts(episode)``
     (e.g. GOP-aligned runs, see :func:`gop_run_starts`), else runs of two frames. ``runs``
-    names the run rule in the saved settings, so a checkpoint is resumed with the same rule.
+    names the run rule in the saved settings, so a checkpoint is resumed with the same rule;
+    ``open_runs`` (GOP runs only) interleaves that many runs of an episode (:func:`interleave_runs`),
+    and is saved with the rule.
 
     Guarantees: each of the worker's frames exactly once per epoch; the same (seed, epoch,
     rank, worker, strategy, pool_size, run rule, costs, run starts) give the same schedule; ``reset(state)`` with a
@@ -159,6 +200,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         carried: Mapping[int, tuple[int, int]] | None = None,
         run_starts: Callable[[int], Sequence[int] | np.ndarray] | None = None,
         runs: str = "pairs",
+        open_runs: int = 1,
     ) -> None:
         super().__init__()
         if pool_size < 1:
@@ -176,6 +218,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         self.carried = {int(e): (int(taken), int(epoch)) for e, (taken, epoch) in (carried or {}).items()}
         self.run_starts = run_starts
         self.runs = runs
+        self.open_runs = max(1, int(open_runs)) if run_starts is not None else 1
         self.epoch = 0
         self._pool: list[list[int]] = []  # [episode, frames taken], admission order
         self._left: list[int] = []  # frames not yet taken of each pool entry, in the pool's order
@@ -197,6 +240,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             carried=self.carried,
             run_starts=self.run_starts,
             runs=self.runs,
+            open_runs=self.open_runs,
         )
 
     def state_after(self, num_items: int, epoch: int) -> dict[str, Any]:
@@ -325,7 +369,9 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
     def _settings(self) -> list[Any]:
         # Two-frame runs are the rule of checkpoints written before the rule was saved.
         base: list[Any] = [self.strategy, self.pool_size, self.seed]
-        return base if self.runs == "pairs" else [*base, self.runs]
+        if self.runs == "pairs":
+            return base
+        return [*base, self.runs if self.open_runs == 1 else f"{self.runs}-open-{self.open_runs}"]
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -337,7 +383,8 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
                 raise ConfigError(
                     f"cannot resume: the checkpoint's schedule used strategy/pool_size/seed/anchor runs {saved}, this "
                     f"reader uses {self._settings()}; keep --dataset.streaming_sampling_strategy, the pool settings, "
-                    "--seed, --dataset.streaming_gop_runs and the camera delta_timestamps when resuming (a checkpoint "
+                    "--seed, --dataset.streaming_gop_runs, the camera delta_timestamps and (for the open runs, '-open-N') "
+                    "--dataset.streaming_decoded_frame_budget_mb when resuming (a checkpoint "
                     "without an anchor-run entry used two-frame runs: --dataset.streaming_gop_runs=false)"
                 )
             self.source.reset(initial_state[self.SOURCE_KEY])
@@ -414,7 +461,12 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             epoch = self.carried[episode][1] if episode in self.carried else self.epoch
             starts = self.run_starts(episode) if self.run_starts is not None else None
             order = self._orders[episode] = frame_order(
-                self.seed, epoch, episode, self.source.episode_length(episode), run_starts=starts
+                self.seed,
+                epoch,
+                episode,
+                self.source.episode_length(episode),
+                run_starts=starts,
+                open_runs=self.open_runs,
             )
         return order
 

@@ -42,7 +42,9 @@ COMPARED: dict[str, str] = {
 The byte budget is here because the pool sampler admits an episode only when its bytes fit
 next to the resident ones, GOP runs because they set each episode's frame order.
 ``streaming_prefetch_episodes`` is not: it only changes how far
-ahead bytes are fetched, never the schedule, so a resume may change it.
+ahead bytes are fetched, never the schedule, so a resume may change it. Nor are the disk cache
+options (``streaming_disk_cache_gb``, ``streaming_disk_cache_dir``): the cache returns the
+store's bytes exactly, so a checkpoint taken with it on resumes with it off, and back.
 """
 _warned_unknown = False
 

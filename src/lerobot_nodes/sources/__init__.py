@@ -8,10 +8,12 @@ from .http_range import HttpOptions, HttpRangeReader
 from .http_root import HttpRootSource
 from .hub import HubBucketSource, HubRepoSource
 from .local import LocalSource
+from .range_cache import ByteRangeCache
 from .resolve import open_source, register_scheme
 
 __all__ = [
     "ByteRange",
+    "ByteRangeCache",
     "ByteSource",
     "FileInfo",
     "FsspecSource",

@@ -7,12 +7,20 @@ stores implement it, so readers stay the same whatever the store.
 
 from __future__ import annotations
 
+import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from .file_cache import slug
 from .ranges import ByteRange
+
+if TYPE_CHECKING:
+    from .range_cache import ByteRangeCache
+
+_USERINFO = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@")
 
 
 @dataclass(frozen=True)
@@ -48,10 +56,35 @@ class ByteSource(ABC):
     #: True when ``FileInfo.fingerprint`` changes whenever a file's content changes, so
     #: indexes derived from a file can be reused across opens.
     has_stable_identity: bool = True
+    #: True for remote stores whose reads may be kept in the node-local disk byte cache
+    #: (:mod:`.range_cache`); a local folder is never cached.
+    caches_bytes: bool = False
+    byte_cache: ByteRangeCache | None = None
 
     def __init__(self) -> None:
         self.stats = ReadStats()
         self._stats_lock = threading.Lock()
+        self.byte_cache = None
+
+    def use_byte_cache(self, cache: ByteRangeCache | None) -> None:
+        """Read remote ranges through ``cache`` from now on (``None``: no cache). Ignored by sources
+        that are never cached (:attr:`caches_bytes`)."""
+        self.byte_cache = cache if self.caches_bytes else None
+
+    def byte_identity(self, path: str) -> str | None:
+        """What names the content of ``path`` in the byte cache (source, path, revision, fingerprint,
+        size), or ``None`` when it has none and must not be cached."""
+        if not self.has_stable_identity:
+            return None
+        info = self.info(path)
+        if info.fingerprint is None:
+            return None
+        return "\0".join((self.url, path, self.revision or "", info.fingerprint, str(info.size)))
+
+    @property
+    def byte_cache_group(self) -> str:
+        """The byte cache's folder of this source's files (what ``lerobot-nodes cache list`` shows)."""
+        return slug(_USERINFO.sub(r"\g<scheme>", self.url).split("://", 1)[-1])
 
     # -- description ------------------------------------------------------------------
     @property
@@ -87,7 +120,13 @@ class ByteSource(ABC):
 
     # -- reading ----------------------------------------------------------------------
     def read_file(self, path: str) -> bytes:
-        """The whole content of a (small) file."""
+        """The whole content of a (small) file (payload files through the byte cache; ``meta/``
+        files have their own cache)."""
+        if self.byte_cache is not None and not path.startswith("meta/"):
+            identity = self.byte_identity(path)
+            if identity is not None:
+                size = self.info(path).size
+                return self.byte_cache.read(self.byte_cache_group, identity, size, [(0, size)], self._counted(path))[0]
         data = self._read_file(path)
         self._count(1, len(data), whole=True)
         return data
@@ -102,9 +141,23 @@ class ByteSource(ABC):
         for start, end in ranges:
             if start < 0 or end < start:
                 raise ValueError(f"invalid byte range ({start}, {end}) for {path}")
-        chunks = self._read_ranges(path, ranges)
-        self._count(1, sum(len(c) for c in chunks))
-        return chunks
+        if self.byte_cache is not None:
+            identity = self.byte_identity(path)
+            if identity is not None:
+                size = self.info(path).size
+                if all(end <= size for _, end in ranges):  # else the store names the file in its error
+                    return self.byte_cache.read(self.byte_cache_group, identity, size, ranges, self._counted(path))
+        return self._counted(path)(ranges)
+
+    def _counted(self, path: str) -> Callable[[list[ByteRange]], list[bytes]]:
+        """``_read_ranges`` of ``path``, each call counted as one request to the store."""
+
+        def read(ranges: list[ByteRange]) -> list[bytes]:
+            chunks = self._read_ranges(path, ranges)
+            self._count(1, sum(len(c) for c in chunks))
+            return chunks
+
+        return read
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         return self.read_ranges(path, [(start, end)])[0]

@@ -2,7 +2,8 @@
 
 Entries are immutable: a file's name holds its content identity (a commit sha, Xet hash or
 ETag), so a changed remote file gets a new entry and nothing is ever invalidated in place.
-Entries are installed atomically. A cache folder that cannot be written is reported once and
+Entries are installed atomically, and fetched by one process of the node at a time
+(:meth:`FileCache.get_or_fetch`; the others wait on the entry's file lock, then read it). A cache folder that cannot be written is reported once and
 the source goes on reading from the store; nothing else changes. No credentials ever reach
 a path or an entry.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ..atomic import atomic_write
@@ -60,3 +62,21 @@ class FileCache:
                 FileCache._warned.add(str(self.folder))
                 log.warning("cannot write the metadata cache %s (%s): reading metadata from the store at every open",
                             self.folder, error)
+
+    def get_or_fetch(self, path: str, identity: str, fetch: Callable[[], bytes], valid: Callable[[bytes], bool]) -> bytes:
+        """The cached entry if ``valid``, else ``fetch()`` (stored): one process of the node fetches,
+        the others wait on the entry's lock and read what it stored."""
+        cached = self.get(path, identity)
+        if cached is not None and valid(cached):
+            return cached
+        from .node_cache import file_lock
+
+        entry = self.entry(path, identity)
+        with file_lock(entry.with_name(f".{entry.name}.lock"), self.folder) as locked:
+            if locked:
+                cached = self.get(path, identity)
+                if cached is not None and valid(cached):
+                    return cached
+            data = fetch()
+            self.put(path, identity, data)
+            return data

@@ -31,6 +31,11 @@ def fingerprint_of(info: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = getattr(fs, "protocol", ())
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
 class FsspecSource(ByteSource):
     """The files under ``url`` of an fsspec filesystem, listed once at open."""
 
@@ -58,6 +63,8 @@ class FsspecSource(ByteSource):
             self._url,
         )
         self.has_stable_identity = all(f.fingerprint is not None for f in self._listing)
+        # A local file system reached through fsspec is a local folder: never copied into the byte cache.
+        self.caches_bytes = not ({"file", "local"} & set(_protocols(self.fs)))
 
     @property
     def url(self) -> str:

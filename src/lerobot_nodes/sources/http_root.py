@@ -194,6 +194,12 @@ class HttpRootSource(ListedHttpSource):
                 found = list(pool.map(one, paths))
         return [f for f in found if f is not None]
 
+    def byte_identity(self, path: str) -> str | None:
+        """Only a strong ETag names bytes well enough for the byte cache (``Last-Modified`` has
+        one-second resolution: a file replaced within the same second would be served stale)."""
+        fingerprint = self.info(path).fingerprint
+        return super().byte_identity(path) if fingerprint is not None and fingerprint.startswith("etag:") else None
+
     def _add(self, files: list[FileInfo]) -> None:
         self._listing = FileListing([*self._listing, *files], self.url)
 

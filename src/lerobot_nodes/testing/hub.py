@@ -112,6 +112,23 @@ class LoopbackHub(LoopbackServers):
         self._settings.signed_url_ttl_s = value
 
     @property
+    def rate_limits(self) -> dict[str, tuple[int, float]]:
+        """The Hub's per-user quotas: request class (``"api"``: ``/api/...``; ``"resolvers"``:
+        ``/resolve/...`` and bucket file URLs) -> ``(requests, window_s)``, counted in fixed windows
+        (the first request opens one). A request over quota is answered 429 with the Hub's headers:
+        ``RateLimit: "api";r=0;t=<s>``, ``RateLimit-Policy: "fixed window";"api";q=<n>;w=<s>`` and
+        ``Retry-After``. Empty (the default): no limits. CDN reads are never limited."""
+        return self._settings.rate_limits
+
+    @rate_limits.setter
+    def rate_limits(self, value: Mapping[str, tuple[int, float]]) -> None:
+        self._settings.rate_limits = dict(value)
+
+    def rate_limited(self) -> list[RequestRecord]:
+        """The requests answered 429 (quota or an injected fault)."""
+        return [r for r in self._snapshot() if r.status == 429]
+
+    @property
     def require_token(self) -> str | None:
         """The token every Hub request must carry as ``Bearer <token>`` (None: anonymous reads)."""
         return self._settings.require_token

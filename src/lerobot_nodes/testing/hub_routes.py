@@ -19,6 +19,9 @@ import base64
 import hashlib
 import hmac
 import json
+import math
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
@@ -44,6 +47,47 @@ class HubSettings:
     require_token: str | None = None  # None: anonymous reads; else "Bearer <token>" is required
     endpoint: str = ""  # the Hub origin's URL, known once it is bound
     cdn_endpoint: str = ""  # the CDN origin's URL, likewise
+    # The Hub's per-user quotas: request class ("api", "resolvers") -> (requests, window in seconds).
+    rate_limits: dict[str, tuple[int, float]] = field(default_factory=dict)
+    _windows: dict[str, tuple[float, int]] = field(default_factory=dict, repr=False)
+    _windows_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def take(self, kind: str) -> None:
+        """Count one request of class ``kind`` in its fixed window; over quota, raise the Hub's 429
+        (``RateLimit: "<kind>";r=0;t=<seconds to reset>``, ``RateLimit-Policy``, ``Retry-After``)."""
+        limit = self.rate_limits.get(kind)
+        if limit is None:
+            return
+        quota, window = limit
+        now = time.monotonic()
+        with self._windows_lock:
+            start, used = self._windows.get(kind, (now, 0))
+            if now >= start + window:
+                start, used = now, 0
+            used += 1
+            self._windows[kind] = (start, used)
+        if used <= quota:
+            return
+        reset = max(1, math.ceil(start + window - now))
+        raise HttpError(
+            429,
+            f"You have been rate-limited: the {kind!r} quota of {quota} requests per {window:g} s is used up",
+            None,
+            {
+                "RateLimit": f'"{kind}";r=0;t={reset}',
+                "RateLimit-Policy": f'"fixed window";"{kind}";q={quota};w={math.ceil(window)}',
+                "Retry-After": str(reset),
+            },
+        )
+
+
+def request_class(segments: list[str]) -> str | None:
+    """The Hub's rate-limit class of a Hub-origin request: ``api``, ``resolvers`` or ``None``."""
+    if segments[:1] == ["api"]:
+        return None if segments[1:2] == ["agent-harnesses"] else "api"
+    if "resolve" in segments[:5]:
+        return "resolvers"
+    return None
 
 
 def _file_entry(path: str, blob: Blob) -> dict[str, Any]:
@@ -155,6 +199,9 @@ class HubRoutes:
         self.store = settings.store
 
     def handle(self, request: Request) -> Response:
+        kind = request_class(request.segments)
+        if kind is not None:
+            self.settings.take(kind)
         self._check_token(request)
         match request.segments:
             case ["api", "agent-harnesses"]:
@@ -394,8 +441,16 @@ class HubRoutes:
         """A 302 to a fresh signed CDN URL, or the content itself when redirects are off."""
         if not self.settings.redirect:
             return content(blob, request.headers.get("Range"), headers)
-        token = self.store.sign(path, blob, etag, self.settings.signed_url_ttl_s)
-        headers["Location"] = f"{self.settings.cdn_endpoint}/{token}/{quote(path)}"
+        ttl = self.settings.signed_url_ttl_s
+        token = self.store.sign(path, blob, etag, ttl)
+        # The expiry in the query, as the Hub's CDNs sign it (S3 style and CloudFront style); the CDN
+        # route reads only the token. Rounded down: a client never believes it later than it is.
+        now = time.time()
+        query = urlencode({
+            "X-Amz-Date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)), "X-Amz-Expires": int(ttl),
+            "Expires": int(now + ttl),
+        })
+        headers["Location"] = f"{self.settings.cdn_endpoint}/{token}/{quote(path)}?{query}"
         return Response(302, headers)
 
     # buckets
