@@ -221,3 +221,30 @@ def test_pickled_index_maps_the_same_record_instead_of_copying(av1_dataset: Path
     assert isinstance(restored, MappedVideoIndex) and restored.record.path == target
     assert _is_mapped(restored.pts) and _is_mapped(restored.offsets)
     assert all(np.array_equal(restored.to_arrays()[k], v) for k, v in mapped.to_arrays().items())
+
+
+EXIT_THEN_READ = """
+import atexit, sys
+import numpy as np
+from lerobot_nodes.sidecar import MappedRecord, MappedVideoIndex
+mapped = MappedVideoIndex(MappedRecord.open(sys.argv[1]))
+offsets = mapped.offsets
+atexit._run_exitfuncs()  # what a console script runs before os._exit, with decode threads maybe still reading
+print(int(np.asarray(offsets, dtype=np.int64).sum()))
+"""
+
+
+def test_a_mapping_stays_readable_while_exit_handlers_run(av1_dataset: Path, tmp_path: Path) -> None:
+    """An exit handler never unmaps a record arrays still point into (it crashed a stream that ended
+    in an error, its decode threads still reading indexes)."""
+    import subprocess
+    import sys
+
+    source = LocalSource(av1_dataset)
+    path = load_meta(source).video_files()[0]
+    parsed = read_index_from_source(source, path)
+    target = tmp_path / "r.idx"
+    write_record(target, SourceIdentity.of(source.info(path), None), parsed.to_arrays(), "test")
+    result = subprocess.run([sys.executable, "-c", EXIT_THEN_READ, str(target)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    assert int(result.stdout) == int(parsed.offsets.astype(np.int64).sum())

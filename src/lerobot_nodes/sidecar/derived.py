@@ -151,7 +151,10 @@ def map_readonly(handle: Any, size: int, path: Path) -> Any:
         raise OSError(error, f"mmap of {path} failed: {os.strerror(error)}")
     raw = (ctypes.c_char * size).from_address(address)
     raw.mapping = FileMapping(address, size, str(path))  # type: ignore[attr-defined]
-    weakref.finalize(raw, _unmap, address, size)
+    unmap = weakref.finalize(raw, _unmap, address, size)
+    # Not at interpreter exit: finalizers left then run while other threads may still read the
+    # arrays (a decode thread of a graph that was never closed); the OS unmaps at exit anyway.
+    unmap.atexit = False
     return memoryview(raw).toreadonly()
 
 
