@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .errors import MetadataError
 from .format.meta import INFO_PATH, DatasetMeta
 from .mp4.index import VideoIndex
@@ -135,15 +137,56 @@ def span_overflow(meta: DatasetMeta, episode: int, key: str, stream: StreamInfo,
     )
 
 
-def video_problems(
+def _episode_stream_ends(
+    meta: DatasetMeta, key: str, episodes: np.ndarray, streams: Mapping[str, StreamInfo]
+) -> np.ndarray:
+    """Per episode of ``episodes``: where its MP4 of camera ``key`` ends (one lookup per file, not per episode)."""
+    spans = meta.episodes.videos[key]
+    pairs = spans.chunk_index[episodes].astype(np.int64) * (1 << 32) + spans.file_index[episodes].astype(np.int64)
+    files, first, inverse = np.unique(pairs, return_index=True, return_inverse=True)
+    ends = np.array([streams[meta.video_file(int(episodes[i]), key)].end_s for i in first.tolist()], dtype=np.float64)
+    return ends[inverse.reshape(-1)] if len(files) else np.zeros(0)
+
+
+def overflowing(
+    meta: DatasetMeta, key: str, episodes: np.ndarray, streams: Mapping[str, StreamInfo], tolerance_s: float
+) -> np.ndarray:
+    """Those of ``episodes`` whose span of camera ``key`` ends past its file's last frame (vectorised
+    :func:`span_overflow`)."""
+    stops = meta.episodes.videos[key].to_timestamp[episodes]
+    return episodes[stops > _episode_stream_ends(meta, key, episodes, streams) + tolerance_s]
+
+
+def stream_infos(meta: DatasetMeta, indexes: Mapping[str, VideoIndex], episodes: np.ndarray) -> dict[str, StreamInfo]:
+    """The :class:`StreamInfo` of every MP4 of ``episodes`` (``indexes`` must hold them all)."""
+    return {path: StreamInfo.from_index(indexes[path]) for path in meta.video_files(episodes.tolist())}
+
+
+def span_overflows(
     meta: DatasetMeta, indexes: Mapping[str, VideoIndex], episodes: Iterable[int], tolerance_s: float
+) -> np.ndarray:
+    """The episodes (sorted, distinct) with a span past the end of its MP4, any camera."""
+    chosen = np.fromiter((int(e) for e in episodes), dtype=np.int64)
+    streams = stream_infos(meta, indexes, chosen)
+    found = [overflowing(meta, key, chosen, streams, tolerance_s) for key in meta.video_keys]
+    return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+
+
+def video_problems(
+    meta: DatasetMeta,
+    indexes: Mapping[str, VideoIndex],
+    episodes: Iterable[int],
+    tolerance_s: float,
+    limit: int | None = None,
 ) -> list[str]:
     """Every disagreement between the metadata of ``episodes`` and the indexes of their files.
 
     ``indexes`` must hold every video file of ``episodes``. Camera info problems come first
-    (one per file), then span problems in episode order.
+    (one per file), then span problems in episode order. The comparison is vectorised over the
+    episodes; with ``limit``, only the first ``limit`` span problems are formatted and the rest
+    are counted in a last line ``... and N more``.
     """
-    episodes = list(episodes)
+    chosen = np.fromiter((int(e) for e in episodes), dtype=np.int64)
     streams: dict[str, StreamInfo] = {}
     problems: list[str] = []
     for key in meta.video_keys:
@@ -152,17 +195,30 @@ def video_problems(
         except MetadataError as error:
             stated = None
             problems.append(str(error))
-        for path in sorted({meta.video_file(e, key) for e in episodes}):
+        for path in sorted({meta.video_file(int(e), key) for e in _file_firsts(meta, key, chosen)}):
             streams[path] = StreamInfo.from_index(indexes[path])
             mismatch = None if stated is None else camera_mismatch(path, key, stated, streams[path], tolerance_s)
             if mismatch is not None:
                 problems.append(mismatch)
-    for episode in episodes:
-        for key in meta.video_keys:
-            overflow = span_overflow(meta, episode, key, streams[meta.video_file(episode, key)], tolerance_s)
-            if overflow is not None:
-                problems.append(overflow)
+    order = {key: i for i, key in enumerate(meta.video_keys)}
+    flagged = sorted(
+        (int(e), order[key], key) for key in meta.video_keys for e in overflowing(meta, key, chosen, streams, tolerance_s)
+    )
+    shown = flagged if limit is None else flagged[:limit]
+    for episode, _, key in shown:
+        overflow = span_overflow(meta, episode, key, streams[meta.video_file(episode, key)], tolerance_s)
+        if overflow is not None:
+            problems.append(overflow)
+    if len(flagged) > len(shown):
+        problems.append(f"... and {len(flagged) - len(shown)} more episode spans past the end of their MP4")
     return problems
+
+
+def _file_firsts(meta: DatasetMeta, key: str, episodes: np.ndarray) -> np.ndarray:
+    """One episode of ``episodes`` per distinct MP4 of camera ``key``."""
+    spans = meta.episodes.videos[key]
+    pairs = spans.chunk_index[episodes].astype(np.int64) * (1 << 32) + spans.file_index[episodes].astype(np.int64)
+    return episodes[np.unique(pairs, return_index=True)[1]]
 
 
 def check_video_metadata(

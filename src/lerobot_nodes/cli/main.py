@@ -14,6 +14,7 @@ through this package with ``--dataset.streaming=true`` (``cli.train``). SIGTERM 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 import warnings
@@ -45,7 +46,7 @@ COMMANDS = ("stream", "inspect", "demo", "cache", "train")
 DEFAULT_COMMAND = "stream"
 FLAG_COMMANDS = ("stream", "inspect")
 """Commands that take LeRobot-style flags (``--dataset.root=PATH``)."""
-INSPECT_FLAGS = ("root", "repo_id", "revision", "tolerance_s")
+INSPECT_FLAGS = ("root", "repo_id", "revision", "episodes", "tolerance_s")
 
 
 def describe_value(value: Any) -> str:
@@ -100,10 +101,13 @@ def run_stream_command(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from ..format.meta import load_meta
+    """The dataset doctor: the summary, the MP4 sidecar, then every check of ``dataset_doctor``
+    and ``video_checks`` (and, with ``--decode``, every frame decoded); exit 1 on an error."""
+    from ..dataset_doctor import check_dataset
+    from ..format.meta import load_meta, select_episodes
     from ..sources.resolve import open_source
     from ..testing import ensure_demo_dataset
-    from ..video_checks import video_problems
+    from ..video_checks import span_overflows, video_problems
 
     ignored = [f"--dataset.{name}" for name in (*args.dataset, *args.streaming) if name not in INSPECT_FLAGS]
     ignored += [f"--{name}" for name in args.training]
@@ -116,47 +120,136 @@ def run_inspect(args: argparse.Namespace) -> int:
     source = open_source(
         root, repo_id=repo_id, revision=args.dataset.get("revision"), repo_type=args.dataset.get("repo_type", "dataset")
     )
-    meta = load_meta(source)
+    tolerance_s = float(args.dataset.get("tolerance_s", 1e-4))
+    # Missing files are findings here, not the first error of opening.
+    meta = load_meta(source, check_files=False)
+    selection = args.dataset.get("episodes")
+    episodes = None if selection is None else select_episodes(meta, selection)
     print(meta.summary())
-    indexes, description = open_sidecar(source, meta)
-    print(description)
-    problems = video_problems(meta, indexes, range(len(meta.episodes)), float(args.dataset.get("tolerance_s", 1e-4)))
-    print(describe_video_problems(meta, problems))
-    return 1 if problems else 0
+    if episodes is not None:
+        print(f"  checking {plural(len(episodes), 'selected episode')} and the files they use")
+    descriptions: list[str] = []
+
+    def open_indexes(paths: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+        indexes, failures, description = open_sidecar(source, meta, paths)
+        descriptions.append(description)
+        return indexes, failures
+
+    report = check_dataset(
+        meta, episodes, tolerance_s, open_indexes,
+        span_overflows=lambda indexes, chosen: span_overflows(meta, indexes, chosen, tolerance_s),
+    )  # fmt: skip
+    findings = report.findings
+    print("\n".join(descriptions) if descriptions else "MP4 sidecar: the dataset has no videos")
+    if args.decode:
+        decode_selected(source, meta, episodes, report, tolerance_s, findings)
+    print(describe_findings(findings))
+    checked = report.video_checkable.tolist()
+    problems = video_problems(meta, report.indexes, checked, tolerance_s, limit=VIDEO_PROBLEM_LINES) if checked else []
+    print(describe_video_problems(meta, problems, len(checked)))
+    return 1 if problems or findings.errors else 0
 
 
-def open_sidecar(source: Any, meta: Any) -> tuple[dict[str, Any], str]:
-    """The MP4 index of every video file, opened (or built) from the sidecar cache, and where each came from."""
+VIDEO_PROBLEM_LINES = 20
+"""Span problems ``inspect`` lists before ``... and N more``."""
+
+
+def decode_selected(source: Any, meta: Any, episodes: Any, report: Any, tolerance_s: float, findings: Any) -> None:
+    """``--decode``: every sample of the selected episodes without a file error, read through the map-style reader."""
+    import numpy as np
+
+    from ..dataset_doctor import WARNING, Finding, decode_problems
+    from ..errors import LeRobotNodesError
+    from ..map_style import MapStyleLeRobotDataset
+
+    chosen = np.arange(len(meta.episodes)) if episodes is None else np.asarray(episodes, dtype=np.int64)
+    healthy = chosen[~np.isin(chosen, report.broken)].tolist()
+    started = time.perf_counter()
+    if not healthy:
+        print("decode: no episode without a file error to decode")
+        return
+    try:
+        dataset = MapStyleLeRobotDataset(root=source, episodes=healthy, tolerance_s=tolerance_s, return_uint8=True)
+    except LeRobotNodesError as exc:
+        # e.g. a missing file of an episode not selected: the map-style reader checks every file at open
+        findings.add(Finding(WARNING, "decode skipped", f"the map-style reader does not open: {exc}"))
+        return
+    read = decode_problems(dataset, healthy, findings)
+    skipped = len(chosen) - len(healthy)
+    print(
+        f"decode: read {plural(read, 'sample')} of {plural(len(healthy), 'episode')} in "
+        f"{time.perf_counter() - started:.2f} s" + (f" ({plural(skipped, 'episode')} with a file error skipped)" if skipped else "")
+    )
+
+
+def open_sidecar(source: Any, meta: Any, paths: list[str] | None = None) -> tuple[dict[str, Any], dict[str, str], str]:
+    """The MP4 index of every video file of ``paths`` (default: all), opened (or built) from the
+    sidecar cache, why each file that failed did, and where each came from."""
+    from ..errors import LeRobotNodesError
     from ..sidecar import SidecarCache
 
-    paths = meta.video_files()
+    paths = meta.video_files() if paths is None else paths
     if not paths:
-        return {}, "MP4 sidecar: the dataset has no videos"
+        return {}, {}, "MP4 sidecar: the dataset has no videos"
     started = time.perf_counter()
-    indexes, report = SidecarCache().open(source, paths, dataset_id=meta.repo_id)
+    cache = SidecarCache()
+    failures: dict[str, str] = {}
+    try:
+        indexes, report = cache.open(source, paths, dataset_id=meta.repo_id)
+        reports = [report]
+    except (LeRobotNodesError, OSError, ValueError):
+        # One bad MP4: open the rest one by one to name it (only when one fails).
+        indexes, reports = {}, []
+        for path in paths:
+            try:
+                one, report = cache.open(source, [path], dataset_id=meta.repo_id)
+            except (LeRobotNodesError, OSError, ValueError) as exc:
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                failures[path] = why.split(f"{path}: ", 1)[-1]  # the path is the finding's own
+                continue
+            indexes.update(one)
+            reports.append(report)
     samples = sum(len(index.sizes) for index in indexes.values())
     nbytes = sum(sum(array.nbytes for array in vars(index).values() if hasattr(array, "nbytes")) for index in indexes.values())
+    in_memory = any(r.in_memory for r in reports)
     lines = [
         f"MP4 sidecar: {plural(len(indexes), 'video file')}, {plural(samples, 'sample')}, "
         f"opened in {time.perf_counter() - started:.3f} s",
-        f"  reused {len(report.reused)}, converted from a published sidecar {len(report.converted)}, "
-        f"built {len(report.built)}{' (in memory: the store has no stable identities)' if report.in_memory else ''}",
+        f"  reused {sum(len(r.reused) for r in reports)}, converted from a published sidecar "
+        f"{sum(len(r.converted) for r in reports)}, built {sum(len(r.built) for r in reports)}"
+        f"{' (in memory: the store has no stable identities)' if in_memory else ''}",
         f"  index arrays: {nbytes / max(1, samples):.1f} bytes per frame",
     ]
-    lines += [f"  rebuilt {path}: {reason}" for path, reason in report.stale.items()]
-    return indexes, "\n".join(lines)
+    lines += [f"  rebuilt {path}: {reason}" for r in reports for path, reason in r.stale.items()]
+    if failures:
+        lines.append(f"  {plural(len(failures), 'video file')} could not be indexed (listed below)")
+    return indexes, failures, "\n".join(lines)
 
 
-def describe_video_problems(meta: Any, problems: list[str]) -> str:
+def describe_findings(findings: Any) -> str:
+    """The dataset doctor's findings (``lerobot_nodes.dataset_doctor``), grouped by kind."""
+    errors, warnings_ = findings.errors, findings.warnings
+    if not errors and not warnings_:
+        return "dataset files: every data Parquet footer, row count and range, MP4 frame count, stats and file agree"
+    head = f"dataset files: {plural(errors, 'error')}, {plural(warnings_, 'warning')}"
+    return "\n".join([head, *findings.lines()])
+
+
+def describe_video_problems(meta: Any, problems: list[str], episodes: int | None = None) -> str:
     """The result of the metadata-against-video checks (``lerobot_nodes.video_checks``)."""
     if not meta.video_keys:
         return "video metadata: no videos to check"
+    episodes = len(meta.episodes) if episodes is None else episodes
+    if not problems and episodes == 0:
+        return "video metadata: not checked (no episode has all its MP4s indexed; see above)"
     if not problems:
         return (
             f"video metadata: the camera info of {plural(len(meta.video_keys), 'camera')} and the video spans of "
-            f"{plural(len(meta.episodes), 'episode')} agree with the MP4 streams"
+            f"{plural(episodes, 'episode')} agree with the MP4 streams"
         )
-    return "\n".join([f"video metadata: {plural(len(problems), 'problem')}", *(f"  {problem}" for problem in problems)])
+    more = re.match(r"\.\.\. and (\d+) more", problems[-1])
+    count = len(problems) - 1 + int(more.group(1)) if more else len(problems)
+    return "\n".join([f"video metadata: {plural(count, 'problem')}", *(f"  {problem}" for problem in problems)])
 
 
 def run_cache_command(args: argparse.Namespace) -> int:
@@ -251,12 +344,23 @@ def build_parser() -> ArgumentParser:
         "inspect",
         parents=[debug],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        help="summarise a dataset and its MP4 sidecar index, and check its metadata against its videos",
-        usage="%(prog)s [--dataset.root PATH | --dataset.repo_id OWNER/NAME] [--dataset.revision REV] [--debug]",
-        description="Summarise a dataset (default: the built-in demo) and its MP4 sidecar index, and list every "
-        "way meta/info.json or meta/episodes disagrees with the MP4 streams (exit status 1 if any).",
+        help="check a dataset as stream would read it: data Parquet footers, row counts and ranges, MP4 indexes "
+        "against meta/episodes, stats, stray files (--decode: every frame too)",
+        usage="%(prog)s [--dataset.root PATH | --dataset.repo_id OWNER/NAME] [--dataset.revision REV] "
+        "[--dataset.episodes [...]] [--decode] [--debug]",
+        description="The dataset doctor. Summarise a dataset (default: the built-in demo) and its MP4 sidecar "
+        "index, then list every problem stream would meet, without reading the payload: each data Parquet's "
+        "footer (readable, PAR1 magic), row count and index / episode_index / frame_index / timestamp ranges "
+        "against meta/episodes; each MP4 index against each episode's span, fps, size, codec and frame count; "
+        "meta/stats.json; files no episode refers to (a warning). Each problem is one line with the episodes "
+        "it affects, grouped by kind. --decode also decodes every selected frame. Exit status 1 on any error.",
         epilog=flags_help({"flags": [f for f in DATASET_FLAGS if f.key in INSPECT_FLAGS]}),
     )
+    inspect.add_argument(
+        "--decode", action="store_true",
+        help="also read every sample of the selected episodes through the map-style reader, decoding every frame, "
+        "and list decoder errors (one per episode)",
+    )  # fmt: skip
     inspect.set_defaults(handler=run_inspect)
     demo = commands.add_parser(
         "demo", parents=[debug], help="read the built-in demo dataset and print samples with the map-style reader"
