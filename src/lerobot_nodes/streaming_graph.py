@@ -176,7 +176,9 @@ def open_anchor_runs(config: StreamingConfig, meta: DatasetMeta, spec: SampleSpe
 
     Each open run has its own clip decoder per camera, which keeps up to ``window + 3`` frames
     (B-frame codecs; ``window`` otherwise, at most 5) of the camera's RGB size in the decoded-frame
-    budget. The runs are as many as the rank's decoded-frame budget holds for every episode of a
+    budget (on AV1 with GOPs of at most 2 frames one decoder serves all runs and keeps
+    ``window + 1`` per run, see ``mp4.decode.reads_ahead``; the budget's eviction bounds it).
+    The runs are as many as the rank's decoded-frame budget holds for every episode of a
     rank pool (the explicit pool size, else 32) and every camera, between 1 and
     :data:`MAX_OPEN_RUNS`. A pure function of the settings and ``meta/info.json``, the same for
     every topology (elastic resume replays other topologies' schedules with it).

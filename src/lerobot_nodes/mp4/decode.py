@@ -58,6 +58,26 @@ REORDER_FRAMES = 3
 """Frames a B-frame drain can output past its target (x264's b-pyramid), kept for later queries."""
 
 
+SHORT_GOP_FRAMES = 2
+"""Longest GOP (frames from a key frame to the next) of a clip whose decoder can read ahead to
+the end of each GOP it starts (``ClipDecoder(read_ahead=True)``): LeRobot's AV1 (g=2)."""
+
+READ_AHEAD_CODECS = frozenset({"av1"})
+"""Codecs whose decoder (one thread) outputs each frame when its packet is sent, so a frame read
+ahead is there when it is asked for. H.264's decoder may hold frames back for reordering even
+without B-frames (measured on x264 g=2): reading ahead would decode twice, never change a frame."""
+
+
+def reads_ahead(layout: ClipLayout) -> bool:
+    """Whether a decoder of ``layout`` reads ahead when asked to: AV1, every GOP at most
+    :data:`SHORT_GOP_FRAMES` frames and frames presented in decode order."""
+    keys = np.flatnonzero(layout.keyframes)
+    if len(keys) == 0 or layout.codec not in READ_AHEAD_CODECS:
+        return False
+    gops = np.diff(np.append(keys, len(layout)))
+    return bool(gops.max() <= SHORT_GOP_FRAMES and not np.any(np.diff(layout.pts) <= 0))
+
+
 def frames_to_keep(layout: ClipLayout, window_frames: int) -> int:
     """Decoded frames a decoder of ``layout`` keeps, for a camera window spanning ``window_frames``
     consecutive frames: the window (ascending anchors' windows share all but their newest
@@ -166,6 +186,68 @@ class DecodedFrameBudget:
         del self._frames[owner][pts]
 
 
+class CodecContextPool:
+    """What the :class:`ClipDecoder` s of one worker share instead of each setting it up: the codec
+    contexts of closed decoders, for the decoders opened next, and one RGB converter per thread;
+    thread-safe.
+
+    Opening a codec context costs far more than a seek on a short GOP (the codec allocates its
+    state and picture pool on first use and frees them on close), and so does a converter's first
+    frame (swscale builds its context and tables), so a schedule that opens several decoders per
+    episode and camera (open anchor runs) paid both per decoder. A context here is flushed when it
+    is given back (no reference or decoded frame left in it) and is handed out only to a decoder of
+    the same codec and codec configuration (``av1C``/``avcC``/``hvcC`` bytes), which then starts at a
+    key frame exactly as after a seek (the decoders already restart with ``flush_buffers``), so it
+    decodes what a new context does. A converter converts one frame at a time on its thread and
+    its swscale context depends only on the frame's kind, so the frames are the same whichever
+    converter makes them. At most ``limit`` contexts are kept, the most recently given back first;
+    ``taken``/``created`` count reused and new contexts.
+    """
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = max(0, int(limit))
+        self._lock = threading.Lock()
+        self._free: list[tuple[tuple[str, bytes], VideoCodecContext]] = []
+        self._local = threading.local()
+        self.taken = 0
+        self.created = 0
+
+    def converter(self) -> RgbConverter:
+        """This thread's RGB converter."""
+        converter = getattr(self._local, "converter", None)
+        if converter is None:
+            converter = self._local.converter = RgbConverter()
+        return cast(RgbConverter, converter)
+
+    def take(self, name: str, extradata: bytes | None) -> VideoCodecContext | None:
+        """A flushed context of this codec configuration, or None (open a new one)."""
+        kind = (name, bytes(extradata or b""))
+        with self._lock:
+            for position in range(len(self._free) - 1, -1, -1):
+                if self._free[position][0] == kind:
+                    self.taken += 1
+                    return self._free.pop(position)[1]
+            self.created += 1
+        return None
+
+    def give(self, name: str, extradata: bytes | None, context: VideoCodecContext) -> None:
+        """Keep ``context`` (flushed now) for a later decoder; the oldest beyond ``limit`` are dropped."""
+        if self.limit <= 0:
+            return
+        context.flush_buffers()
+        with self._lock:
+            self._free.append(((name, bytes(extradata or b"")), context))
+            del self._free[: max(0, len(self._free) - self.limit)]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._free)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
+
+
 def decoder_name(codec: str) -> str:
     """The FFmpeg decoder ``av.open`` uses for ``codec`` (so both paths decode identically)."""
     if codec == "av1":
@@ -203,6 +285,8 @@ class ClipDecoder:
         *,
         frame_cache_size: int = DEFAULT_FRAME_CACHE_SIZE,
         frame_budget: DecodedFrameBudget | None = None,
+        context_pool: CodecContextPool | None = None,
+        read_ahead: bool = False,
     ) -> None:
         # A planned clip brings its layout; bare bytes have theirs parsed from the moov.
         if isinstance(clip, Clip):
@@ -221,6 +305,8 @@ class ClipDecoder:
         pts = layout.pts
         self._sample_count = len(layout)
         self._keyframes: list[int] = np.flatnonzero(layout.keyframes).tolist()
+        self._is_key: list[bool] = np.asarray(layout.keyframes, dtype=bool).tolist()
+        self.reads_ahead = bool(read_ahead) and reads_ahead(layout)
         # Leading pictures of the first key frame (open GOP) reference frames outside the clip.
         order = np.argsort(pts, kind="stable")
         presentable = order[pts[order] >= pts[0]]
@@ -242,7 +328,8 @@ class ClipDecoder:
         weakref.finalize(self, self._budget.forget, self._owner)
         self._clean_cuts: list[bool] = (_clean_cuts(pts) & np.append(layout.keyframes, False)).tolist()
         self._lock = threading.Lock()
-        self._to_rgb = RgbConverter()
+        self._context_pool = context_pool
+        self._to_rgb: RgbConverter | None = None  # made on first use, unless the pool's are used
         self._context: VideoCodecContext | None = None
         self._next_sample = 0
         self._valid_from_pts = 0
@@ -260,10 +347,14 @@ class ClipDecoder:
         *,
         frame_cache_size: int = DEFAULT_FRAME_CACHE_SIZE,
         frame_budget: DecodedFrameBudget | None = None,
+        context_pool: CodecContextPool | None = None,
+        read_ahead: bool = False,
     ) -> ClipDecoder:
         """A decoder for the clip of ``plan`` built from its fetched ``chunks`` (its layout from the plan)."""
         clip = Clip(materialize_clip(plan, chunks), plan.layout)
-        return cls(clip, frame_cache_size=frame_cache_size, frame_budget=frame_budget)
+        return cls(
+            clip, frame_cache_size=frame_cache_size, frame_budget=frame_budget, context_pool=context_pool, read_ahead=read_ahead
+        )
 
     # -- what the clip holds -------------------------------------------------------------
     @property
@@ -332,7 +423,28 @@ class ClipDecoder:
                 found[pts] = cached
                 continue
             self._decode_until(sample, wanted, found)
+        if self.reads_ahead:
+            self._read_ahead()
         return [found[pts_of[sample]] for sample in samples]
+
+    def _read_ahead(self) -> None:
+        """Decode the rest of the current GOP into the cache (``reads_ahead``: a short GOP without
+        reordering), so a later query in it finds its frame kept instead of this decoder's state:
+        one decoder then serves every open anchor run of its clip (a run's next frame, asked after
+        the other runs', is the one read ahead) at one decoded frame per frame delivered."""
+        if self._context is None or self._drained:
+            return
+        unwanted: set[int] = set()
+        last = self.origin.last_needed_pts  # frames past the planned span are never asked for
+        while (
+            self._next_sample < self._sample_count
+            and not self._is_key[self._next_sample]
+            and self._pts_list[self._next_sample] <= last
+        ):
+            frames = self._send(self._next_sample)
+            self._next_sample += 1
+            for frame in frames:
+                self._accept(frame, unwanted, {})
 
     def _rgb_array(self, frames: list[av.VideoFrame], return_uint8: bool, out: np.ndarray | None) -> np.ndarray:
         """RGB ``(T, 3, H, W)`` of ``frames``: uint8, or float32 ``uint8 / 255``; into ``out`` when it
@@ -349,14 +461,21 @@ class ClipDecoder:
         if out is None or out.shape != shape or out.dtype != dtype:
             out = np.empty(shape, dtype=dtype)
         first_place: dict[int, int] = {}
+        to_rgb: RgbConverter
+        if self._context_pool is not None:
+            to_rgb = self._context_pool.converter()
+        elif self._to_rgb is not None:
+            to_rgb = self._to_rgb
+        else:
+            to_rgb = self._to_rgb = RgbConverter()
         for position, frame in enumerate(frames):
             earlier = first_place.setdefault(id(frame), position)
             if earlier != position:
                 out[position] = out[earlier]
             elif return_uint8:
-                self._to_rgb(frame, out[position])
+                to_rgb(frame, out[position])
             else:
-                np.divide(self._to_rgb(frame), np.float32(255), out=out[position], dtype=np.float32)
+                np.divide(to_rgb(frame), np.float32(255), out=out[position], dtype=np.float32)
         return out
 
     def continues_to(self, timestamp_s: float) -> int | None:
@@ -386,9 +505,13 @@ class ClipDecoder:
             return max(0, sample - self._next_sample + 1) if resumable else None
 
     def close(self) -> None:
-        """Release the codec context and cached frames (the decoder can still be used after)."""
+        """Release the codec context and cached frames (the decoder can still be used after); the
+        context goes back to the ``context_pool`` when there is one."""
         with self._lock:
-            self._context = None
+            context, self._context = self._context, None
+            pool = self._context_pool
+            if context is not None and pool is not None:
+                pool.give(self._codec_name, self._extradata, context)
             self._budget.release(self._owner)
 
     def __enter__(self) -> ClipDecoder:
@@ -482,10 +605,15 @@ class ClipDecoder:
 
     def _restart(self, key: int, seek: bool = True) -> None:
         if self._context is None:
-            context = cast(VideoCodecContext, av.CodecContext.create(self._codec_name, "r"))
-            context.extradata = self._extradata
-            context.thread_count = 1
-            self._context = context
+            pool = self._context_pool
+            reused = pool.take(self._codec_name, self._extradata) if pool is not None else None
+            if reused is not None:
+                self._context = reused  # flushed when given back
+            else:
+                context = cast(VideoCodecContext, av.CodecContext.create(self._codec_name, "r"))
+                context.extradata = self._extradata
+                context.thread_count = 1
+                self._context = context
         else:
             self._context.flush_buffers()
         self.restarts += int(seek)

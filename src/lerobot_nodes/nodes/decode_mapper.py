@@ -27,7 +27,7 @@ from torchdata.nodes import BaseNode
 from ..batch_memory.batch_slots import BatchPlace, BatchSlots
 from ..fetch.episode_fetch import EpisodePayload, add_context
 from ..metrics import MetricsSink, NullMetrics, recorder
-from ..mp4.decode import DecodedFrameBudget, VideoDecodeError
+from ..mp4.decode import CodecContextPool, DecodedFrameBudget, VideoDecodeError
 from ..mp4.layout import Clip
 from ..sample.assemble import SampleSpec, assemble_sample, camera_frames
 from ..sample.batch_rows import PartialSample
@@ -61,13 +61,25 @@ ClipDecoderFactory = Callable[[Clip], ClipDecoderLike]
 """``clip -> decoder``: the clip's bytes are ``clip.data``, its sample layout ``clip.layout``."""
 
 
-def _default_decoder_factory(frame_budget: DecodedFrameBudget, window_frames: int | None = None) -> ClipDecoderFactory:
+def _default_decoder_factory(
+    frame_budget: DecodedFrameBudget,
+    window_frames: int | None = None,
+    context_pool: CodecContextPool | None = None,
+    open_runs: int = 1,
+) -> ClipDecoderFactory:
+    """``open_runs`` > 1: a short-GOP clip's decoder reads ahead (``ClipDecoder.reads_ahead``) and
+    serves all open runs, keeping each run's window and its frame read ahead."""
     from ..mp4 import ClipDecoder
-    from ..mp4.decode import DEFAULT_FRAME_CACHE_SIZE, frames_to_keep
+    from ..mp4.decode import DEFAULT_FRAME_CACHE_SIZE, frames_to_keep, reads_ahead
 
     def factory(clip: Clip) -> ClipDecoderLike:
         kept = DEFAULT_FRAME_CACHE_SIZE if window_frames is None else frames_to_keep(clip.layout, window_frames)
-        return ClipDecoder(clip, frame_budget=frame_budget, frame_cache_size=kept)
+        ahead = open_runs > 1 and reads_ahead(clip.layout)
+        if ahead:
+            kept = open_runs * (kept + 1)
+        return ClipDecoder(
+            clip, frame_budget=frame_budget, frame_cache_size=kept, context_pool=context_pool, read_ahead=ahead
+        )
 
     return factory
 
@@ -90,8 +102,20 @@ class DecoderLRU:
     :func:`~lerobot_nodes.nodes.pool_sampler.interleave_runs`): up to that many idle decoders per
     (episode, camera), one per open run. :meth:`checkout` with ``at`` (the first timestamp asked)
     takes the one that continues there cheapest without a seek (``continues_to``), else opens
-    another while the key has fewer than ``per_key``, else takes its least recently used one. Which
-    decoder serves a query only changes what is decoded, never a frame.
+    another while the key has fewer than ``per_key``, else takes its least recently used one. With the
+    default factory, a short-GOP AV1 clip's decoder reads each GOP ahead
+    (:func:`~lerobot_nodes.mp4.decode.reads_ahead`) and keeps ``per_key`` x (window + 1) frames: it
+    serves every open run and no second one is opened (a seek there costs the key frame a new
+    decoder would decode). Which decoder serves a query only changes what is decoded, never a frame.
+
+    With the default factory, a closed decoder's codec context (flushed, with its RGB converter)
+    goes to ``contexts`` (:class:`~lerobot_nodes.mp4.decode.CodecContextPool`) and the next decoder
+    of the same codec configuration starts on it instead of opening its own: an episode's decoders
+    are closed together when it retires and the next episode opens as many, so with ``per_key``
+    decoders per camera that setup would otherwise be paid ``per_key`` times per episode and
+    camera. The pool keeps at most ``capacity`` contexts (as many as idle decoders): contexts are
+    only created when none is free, so the contexts alive never exceed the most decoders ever open
+    at once by more than that.
     """
 
     def __init__(
@@ -110,11 +134,15 @@ class DecoderLRU:
         self.window_frames = window_frames
         self.per_key = max(1, int(per_key))
         self._idle: OrderedDict[tuple[int, str, int], ClipDecoderLike] = OrderedDict()
+        # The idle slots of each (episode, camera), least recently used first: a checkout looks at
+        # its key's few decoders, not at every idle one.
+        self._idle_of: dict[tuple[int, str], OrderedDict[tuple[int, str, int], None]] = {}
         self._busy: set[tuple[int, str]] = set()
         self._retired: set[int] = set()
         self._serial = 0
         self._lock = threading.Lock()
         self._returned = threading.Condition(self._lock)
+        self.contexts = CodecContextPool(capacity)
         self.opened = 0
 
     def checkout(
@@ -124,10 +152,11 @@ class DecoderLRU:
             while (episode, key) in self._busy:
                 self._returned.wait()
             self._busy.add((episode, key))
-            mine = [slot for slot in self._idle if slot[0] == episode and slot[1] == key]  # LRU first
+            of_key = self._idle_of.get((episode, key))
+            mine = list(of_key) if of_key else []  # LRU first
             if mine and (self.per_key == 1 or at is None):
                 slot = mine[-1]
-                return slot, self._idle.pop(slot)
+                return slot, self._pop(slot)
             if mine:
                 best, best_cost = None, None
                 for slot in mine:
@@ -135,15 +164,19 @@ class DecoderLRU:
                     cost = continues(at) if continues is not None else None
                     if cost is not None and (best_cost is None or cost < best_cost):
                         best, best_cost = slot, cost
+                        if cost == 0:
+                            break  # the frame is kept: nothing is cheaper
                 if best is not None:
-                    return best, self._idle.pop(best)
-                if len(mine) >= self.per_key:
-                    return mine[0], self._idle.pop(mine[0])
+                    return best, self._pop(best)
+                if len(mine) >= self.per_key or getattr(self._idle[mine[0]], "reads_ahead", False):
+                    return mine[0], self._pop(mine[0])
             self._serial += 1
             slot = (episode, key, self._serial)
             factory = self._factory
             if factory is None:
-                factory = self._factory = _default_decoder_factory(self.frame_budget, self.window_frames)
+                factory = self._factory = _default_decoder_factory(
+                    self.frame_budget, self.window_frames, self.contexts, self.per_key
+                )
             self.opened += 1
         try:
             return slot, factory(clip)
@@ -162,16 +195,25 @@ class DecoderLRU:
                 evicted.append(decoder)
             else:
                 self._idle[slot] = decoder
+                self._idle_of.setdefault((slot[0], slot[1]), OrderedDict())[slot] = None
                 while len(self._idle) > self.capacity:
-                    evicted.append(self._idle.popitem(last=False)[1])
+                    evicted.append(self._pop(next(iter(self._idle))))
         for old in evicted:
             old.close()
+
+    def _pop(self, slot: tuple[int, str, int]) -> ClipDecoderLike:
+        """Take ``slot``'s idle decoder out of both indexes (the lock held)."""
+        of_key = self._idle_of[(slot[0], slot[1])]
+        del of_key[slot]
+        if not of_key:
+            del self._idle_of[(slot[0], slot[1])]
+        return self._idle.pop(slot)
 
     def retire(self, episode: int) -> None:
         with self._lock:
             self._retired.add(episode)
             slots = [slot for slot in self._idle if slot[0] == episode]
-            closing = [self._idle.pop(slot) for slot in slots]
+            closing = [self._pop(slot) for slot in slots]
         for decoder in closing:
             decoder.close()
 
@@ -179,13 +221,18 @@ class DecoderLRU:
         with self._lock:
             return len(self._idle)
 
-    def clear(self) -> None:
+    def clear(self, keep_contexts: bool = False) -> None:
+        """Close every idle decoder; their codec contexts stay in :attr:`contexts` with
+        ``keep_contexts`` (a reset: the next epoch opens as many decoders again), else are dropped."""
         with self._lock:
             closing = list(self._idle.values())
             self._idle.clear()
+            self._idle_of.clear()
             self._retired.clear()
         for decoder in closing:
             decoder.close()
+        if not keep_contexts:
+            self.contexts.clear()
 
 
 def _frames_into(
@@ -305,7 +352,8 @@ class DecodeMapper(BaseNode[PendingSample]):
     ``peak_decoded_bytes``/``_frames``, ``decoded_budget_bytes``) next to ``frames_decoded``
     and ``frames_delivered``.
     With ``decoders_per_clip`` > 1 (the schedule's open anchor runs per episode), each (episode,
-    camera) keeps up to that many decoders, one per open run (:class:`DecoderLRU`).
+    camera) keeps up to that many decoders, one per open run, or one reading ahead on AV1 with
+    GOPs of at most 2 frames (:class:`DecoderLRU`).
     Errors keep their type (e.g. ``FrameTimestampError``) and gain a note naming the episode
     and frame. State: the source state after the last submitted task. ``reset`` and
     ``close`` cancel payload waits and join the threads before touching the source.
@@ -352,7 +400,7 @@ class DecodeMapper(BaseNode[PendingSample]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
-        self._stop_threads()
+        self._stop_threads(keep_contexts=True)
         self._cancelled = threading.Event()
         if self.slots is not None:
             self.slots.reset()
@@ -376,12 +424,12 @@ class DecodeMapper(BaseNode[PendingSample]):
         if close is not None:
             close()
 
-    def _stop_threads(self) -> None:
+    def _stop_threads(self, keep_contexts: bool = False) -> None:
         self._cancelled.set()
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
-        self.decoders.clear()
+        self.decoders.clear(keep_contexts)
 
     def _report_gop(self, payload: EpisodePayload) -> None:
         """The ``gop_frames`` gauge (frames between key frames of the first clip, the median), once:
