@@ -53,172 +53,12 @@ from pathlib import Path
 
 import numpy as np
 
-EPISODES_PER_FILE = 1000
-ROWS_PER_ROW_GROUP = 10
-EPISODES_PER_DATA_FILE = 200
-EPISODES_PER_VIDEO_FILE = 40
-CHUNKS_SIZE = 1000
-FPS = 15
-CAMERAS = ("observation.images.exterior_1_left", "observation.images.wrist_left")
-# 18 non-camera features (DROID-like names and widths) + 2 cameras = 20 features x 10 stats.
-VECTOR_FEATURES = {
-    "observation.state": 8,
-    "observation.state.cartesian_position": 6,
-    "observation.state.gripper_position": 1,
-    "observation.state.joint_position": 7,
-    "action": 8,
-    "action.cartesian_position": 6,
-    "action.cartesian_velocity": 6,
-    "action.gripper_position": 1,
-    "action.gripper_velocity": 1,
-    "action.joint_position": 7,
-    "action.joint_velocity": 7,
-    "discount": 1,
-    "reward": 1,
-    "is_first": 1,
-    "timestamp": 1,
-    "frame_index": 1,
-    "index": 1,
-    "task_index": 1,
-}
-STAT_KEYS = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
+from lerobot_nodes.testing.scale import write_scale_metadata as write_dataset  # noqa: E402
+
 DEFAULT_ROOT = Path("/tmp/lerobot-nodes-scale-open")
 
 
 # ----------------------------------------------------------------------------- writing
-
-
-def _file_location(number: int) -> tuple[int, int]:
-    return divmod(number, CHUNKS_SIZE)
-
-
-def _list_array(values: np.ndarray, width: int):
-    import pyarrow as pa
-
-    rows = len(values) // width
-    return pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32) * width), pa.array(values))
-
-
-def _image_stat_array(values: np.ndarray):
-    """(rows, 3) values as list<list<list<double>>> of shape (3, 1, 1) per row."""
-    import pyarrow as pa
-
-    rows = len(values) // 3
-    inner = pa.ListArray.from_arrays(pa.array(np.arange(rows * 3 + 1, dtype=np.int32)), pa.array(values))
-    middle = pa.ListArray.from_arrays(pa.array(np.arange(rows * 3 + 1, dtype=np.int32)), inner)
-    return pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32) * 3), middle)
-
-
-def _stats_columns(rows: int, rng: np.random.Generator) -> dict:
-    columns = {}
-    for name, width in VECTOR_FEATURES.items():
-        for key in STAT_KEYS:
-            if key == "count":
-                columns[f"stats/{name}/count"] = _list_array(np.full(rows, 300, dtype=np.int64), 1)
-            else:
-                columns[f"stats/{name}/{key}"] = _list_array(rng.standard_normal(rows * width), width)
-    for camera in CAMERAS:
-        for key in STAT_KEYS:
-            if key == "count":
-                columns[f"stats/{camera}/count"] = _list_array(np.full(rows, 30, dtype=np.int64), 1)
-            else:
-                columns[f"stats/{camera}/{key}"] = _image_stat_array(rng.random(rows * 3))
-    assert len(columns) == 200
-    return columns
-
-
-def write_dataset(root: Path, episodes: int, seed: int = 0) -> None:
-    """Synthetic v3.0 metadata of ``episodes`` episodes (and an empty payload) at ``root``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(200, 401, size=episodes).astype(np.int64)
-    to_index = np.cumsum(lengths)
-    from_index = to_index - lengths
-    tasks = [f"put the {c} object in the {p} (task {i})" for i, (c, p) in
-             enumerate((c, p) for c in ("red", "blue", "green", "yellow", "marker", "cup", "lid", "towel")
-                       for p in ("bin", "drawer", "bowl", "sink", "box", "left side", "right side"))]
-    tasks = (tasks * (max(1, episodes // 20) // len(tasks) + 1))[: max(1, episodes // 20)]
-    tasks = [f"{t} #{i}" for i, t in enumerate(tasks)]
-    task_of = rng.integers(0, len(tasks), size=episodes)
-
-    episode = np.arange(episodes, dtype=np.int64)
-    data_file = episode // EPISODES_PER_DATA_FILE
-    video_file = episode // EPISODES_PER_VIDEO_FILE
-    durations = lengths / FPS
-    # from_timestamp: the summed duration of the preceding episodes in the same MP4.
-    starts = np.concatenate([[0.0], np.cumsum(durations)[:-1]])
-    first_of_file = (video_file * EPISODES_PER_VIDEO_FILE).astype(np.int64)
-    from_ts = starts - starts[first_of_file]
-    to_ts = from_ts + durations
-
-    (root / "meta").mkdir(parents=True, exist_ok=True)
-    stats_template = _stats_columns(EPISODES_PER_FILE, rng)
-    for number, start in enumerate(range(0, episodes, EPISODES_PER_FILE)):
-        stop = min(episodes, start + EPISODES_PER_FILE)
-        rows = slice(start, stop)
-        chunk, file = _file_location(number)
-        columns = {
-            "episode_index": pa.array(episode[rows]),
-            "tasks": pa.array([[tasks[t]] for t in task_of[rows]], pa.list_(pa.string())),
-            "length": pa.array(lengths[rows]),
-            "data/chunk_index": pa.array(data_file[rows] // CHUNKS_SIZE),
-            "data/file_index": pa.array(data_file[rows] % CHUNKS_SIZE),
-            "dataset_from_index": pa.array(from_index[rows]),
-            "dataset_to_index": pa.array(to_index[rows]),
-        }
-        for camera in CAMERAS:
-            columns[f"videos/{camera}/chunk_index"] = pa.array(video_file[rows] // CHUNKS_SIZE)
-            columns[f"videos/{camera}/file_index"] = pa.array(video_file[rows] % CHUNKS_SIZE)
-            columns[f"videos/{camera}/from_timestamp"] = pa.array(from_ts[rows])
-            columns[f"videos/{camera}/to_timestamp"] = pa.array(to_ts[rows])
-        count = stop - start
-        for name, array in stats_template.items():
-            columns[name] = array.slice(0, count)
-        columns["meta/episodes/chunk_index"] = pa.array(np.full(count, chunk, dtype=np.int64))
-        columns["meta/episodes/file_index"] = pa.array(np.full(count, file, dtype=np.int64))
-        path = root / f"meta/episodes/chunk-{chunk:03d}/file-{file:03d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table(columns), path, row_group_size=ROWS_PER_ROW_GROUP, compression="snappy")
-
-    for number in range(int(data_file[-1]) + 1):
-        chunk, file = _file_location(number)
-        path = root / f"data/chunk-{chunk:03d}/file-{file:03d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
-    for camera in CAMERAS:
-        for number in range(int(video_file[-1]) + 1):
-            chunk, file = _file_location(number)
-            path = root / f"videos/{camera}/chunk-{chunk:03d}/file-{file:03d}.mp4"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
-
-    task_table = pa.table({"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), "task": pa.array(tasks)})
-    pq.write_table(task_table, root / "meta" / "tasks.parquet", compression="snappy")
-    features = {name: {"dtype": "float32", "shape": [width], "names": None} for name, width in VECTOR_FEATURES.items()}
-    for name in ("frame_index", "index", "task_index"):
-        features[name] = {"dtype": "int64", "shape": [1], "names": None}
-    features["episode_index"] = {"dtype": "int64", "shape": [1], "names": None}
-    for camera in CAMERAS:
-        features[camera] = {
-            "dtype": "video", "shape": [180, 320, 3], "names": ["height", "width", "channels"],
-            "info": {"video.height": 180, "video.width": 320, "video.codec": "av1", "video.pix_fmt": "yuv420p",
-                     "video.fps": FPS, "video.channels": 3, "has_audio": False},
-        }
-    info = {
-        "codebase_version": "v3.0", "robot_type": "franka", "fps": FPS,
-        "total_episodes": episodes, "total_frames": int(lengths.sum()), "total_tasks": len(tasks),
-        "chunks_size": CHUNKS_SIZE, "data_files_size_in_mb": 100, "video_files_size_in_mb": 200,
-        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-        "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
-        "splits": {"train": f"0:{episodes}"}, "features": features,
-    }
-    (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
-    stats = {name: {k: [0.0] * width if k != "count" else [int(lengths.sum())] for k in STAT_KEYS}
-             for name, width in VECTOR_FEATURES.items()}
-    (root / "meta" / "stats.json").write_text(json.dumps(stats))
-    (root / ".complete").write_text("ok\n")
 
 
 def dataset_root(base: Path, episodes: int) -> Path:
@@ -227,99 +67,7 @@ def dataset_root(base: Path, episodes: int) -> Path:
 
 # ----------------------------------------------------------------------------- the files dimension
 
-FILES_CAMERAS = ("observation.images.exterior", "observation.images.wrist")
-FILES_EPISODE_FRAMES = 4
-
-
-def write_files_dataset(
-    root: Path, files: int, *, cameras: tuple[str, ...] = FILES_CAMERAS, frames: int = FILES_EPISODE_FRAMES,
-    size: int = 16, link: bool = True,
-) -> Path:
-    """A real, streamable LeRobot v3.0 dataset of ``files`` MP4 files: ``files / len(cameras)``
-    episodes of ``frames`` frames, each episode in its own MP4 per camera (LeRobot's layout after
-    every episode rolled over), 1,000 files per chunk; frames of ``size`` x ``size`` pixels (at 64
-    and 30 frames an MP4 is ~8 KB, past the 4 KiB head window, so indexing it takes its two reads).
-
-    Cheap to write: one tiny AV1 episode is encoded once (``lerobot_nodes.testing.write_dataset``)
-    and its MP4 hard-linked (``link``, else copied) under every file name; the data Parquet and
-    ``meta/episodes`` are that episode's rows repeated with their indices renumbered, so every
-    episode decodes to the same frames. Returns ``root``.
-    """
-    import shutil
-
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from lerobot_nodes.testing import write_dataset as write_tiny
-
-    if files % len(cameras):
-        raise ValueError(f"files ({files}) must be a multiple of the camera count ({len(cameras)})")
-    episodes = files // len(cameras)
-    root = Path(root)
-    if root.exists():
-        shutil.rmtree(root)
-    seed_root = root.parent / f".{root.name}.seed"
-    if seed_root.exists():
-        shutil.rmtree(seed_root)
-    write_tiny(seed_root, episode_lengths=[frames], cameras=list(cameras), height=size, width=size)
-    info = json.loads((seed_root / "meta" / "info.json").read_text())
-    chunks_size = int(info["chunks_size"])
-    episode = np.arange(episodes, dtype=np.int64)
-
-    # data: the seed episode's rows, once per episode, renumbered (row groups of 100 episodes).
-    rows = pq.read_table(seed_root / "data/chunk-000/file-000.parquet")
-    data = rows.take(pa.array(np.tile(np.arange(frames), episodes)))
-    data = data.set_column(data.schema.get_field_index("episode_index"), "episode_index",
-                           pa.array(np.repeat(episode, frames)))
-    data = data.set_column(data.schema.get_field_index("index"), "index",
-                           pa.array(np.arange(episodes * frames, dtype=np.int64)))
-    (root / "data/chunk-000").mkdir(parents=True)
-    pq.write_table(data, root / "data/chunk-000/file-000.parquet", row_group_size=frames * 100)
-
-    # meta/episodes: the seed row per episode, each camera's span in its own file at time 0.
-    seed_rows = pq.read_table(seed_root / "meta/episodes/chunk-000/file-000.parquet")
-    table = seed_rows.take(pa.array(np.zeros(episodes, dtype=np.int64)))
-
-    def put(table: pa.Table, name: str, values: np.ndarray) -> pa.Table:
-        index = table.schema.get_field_index(name)
-        return table.set_column(index, name, pa.array(values).cast(table.schema.field(index).type))
-
-    table = put(table, "episode_index", episode)
-    table = put(table, "dataset_from_index", episode * frames)
-    table = put(table, "dataset_to_index", (episode + 1) * frames)
-    table = put(table, "data/chunk_index", np.zeros(episodes, dtype=np.int64))
-    table = put(table, "data/file_index", np.zeros(episodes, dtype=np.int64))
-    for key in cameras:
-        table = put(table, f"videos/{key}/chunk_index", episode // chunks_size)
-        table = put(table, f"videos/{key}/file_index", episode % chunks_size)
-        table = put(table, f"videos/{key}/from_timestamp", np.zeros(episodes))
-        to = pc.cast(seed_rows.column(f"videos/{key}/to_timestamp"), pa.float64())[0].as_py()
-        table = put(table, f"videos/{key}/to_timestamp", np.full(episodes, to))
-    table = put(table, "meta/episodes/chunk_index", np.zeros(episodes, dtype=np.int64))
-    table = put(table, "meta/episodes/file_index", np.zeros(episodes, dtype=np.int64))
-    (root / "meta/episodes/chunk-000").mkdir(parents=True)
-    pq.write_table(table, root / "meta/episodes/chunk-000/file-000.parquet", row_group_size=10)
-    for name in ("tasks.parquet", "stats.json"):
-        shutil.copyfile(seed_root / "meta" / name, root / "meta" / name)
-    info.update(total_episodes=episodes, total_frames=episodes * frames, splits={"train": f"0:{episodes}"})
-    (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
-
-    # videos: one MP4 per (camera, episode), all the seed's bytes.
-    for key in cameras:
-        mp4 = seed_root / f"videos/{key}/chunk-000/file-000.mp4"
-        for chunk in range(-(-episodes // chunks_size)):
-            (root / f"videos/{key}/chunk-{chunk:03d}").mkdir(parents=True)
-        for number in range(episodes):
-            chunk, file = divmod(number, chunks_size)
-            target = root / f"videos/{key}/chunk-{chunk:03d}/file-{file:03d}.mp4"
-            if link:
-                os.link(mp4, target)
-            else:
-                shutil.copyfile(mp4, target)
-    shutil.rmtree(seed_root)
-    (root / ".complete").write_text("ok\n")
-    return root
+# The dataset of many files: lerobot_nodes.testing.write_files_dataset (the tests use it too).
 
 
 # ----------------------------------------------------------------------------- measuring (child)
@@ -496,6 +244,8 @@ def run_files(args: argparse.Namespace) -> None:
     """The files dimension: construct-and-first-sample over ``--files`` MP4 counts, per ``--files-modes``."""
     import shutil
     import tempfile
+
+    from lerobot_nodes.testing import write_files_dataset
 
     for files in args.files:
         root = files_root(args.root, files)

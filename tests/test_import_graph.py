@@ -100,13 +100,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 FLOORS: list[tuple[str, ...]] = [
-    ("_version", "errors", "atomic", "home", "config"),  # what everything may use
+    ("_version", "errors", "atomic", "home", "config", "heap", "lazy_exports"),  # what everything may use
     ("workers",),  # DataLoader worker processes, shared-memory segments
     ("metrics", "batch_mixing"),  # the sink nodes count into, the shared counter table; batch-mixing figures
     ("sources",),  # bytes: local, fsspec, Hub, HTTP
     ("format",),  # LeRobot v3 on disk: meta, data Parquet, depth
     ("mp4",),  # MP4 boxes, indexes, clips, decoding
-    ("sidecar", "video_checks"),  # MP4 indexes cached and published; metadata against them
+    ("sidecar", "video_checks", "dataset_doctor"),  # MP4 indexes cached and published; metadata against them; inspect's checks
     ("sample",),  # one sample's frames and rows
     ("fetch", "batch_memory"),  # an episode's byte ranges and budget; a batch's storage
     ("nodes",),  # the torchdata nodes

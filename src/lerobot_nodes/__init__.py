@@ -9,8 +9,7 @@ the same either way.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._version import __version__ as __version__
 from .errors import (
@@ -35,6 +34,7 @@ from .errors import (
     VideoDecodeError,
     VideoIndexError,
 )
+from .lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from .config import StreamingConfig
@@ -72,17 +72,7 @@ _LAZY: dict[str, str] = {
 """Public name -> the module it is imported from on first use."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 __all__ = [

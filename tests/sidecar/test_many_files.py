@@ -23,8 +23,8 @@ from lerobot_nodes.mp4 import read_index_from_source
 from lerobot_nodes.sidecar import MappedRecord, MappedVideoIndex, SidecarCache, SourceIdentity
 from lerobot_nodes.sidecar.derived import is_file_mapped, write_record
 from lerobot_nodes.sources import LocalSource
+from lerobot_nodes.testing import write_files_dataset
 
-REPO = Path(__file__).resolve().parents[2]
 MANY_FILES = int(os.environ.get("LEROBOT_NODES_MANY_FILES", "5000"))
 """Video files of the descriptor-limit test: 5,000 in CI (~15 s); benchmarks/scale_open.py runs 20,000
 (``LEROBOT_NODES_MANY_FILES=20000`` runs it here too, ~1 min on 2 cores)."""
@@ -73,11 +73,6 @@ def test_a_mapped_record_holds_no_file_descriptor_and_unmaps_when_dropped(av1_da
 
 
 def test_cache_open_of_many_files_keeps_descriptors_flat(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks.scale_open import write_files_dataset
-    finally:
-        sys.path.remove(str(REPO))
     root = write_files_dataset(tmp_path / "files-400", 400)
     source = LocalSource(root)
     paths = load_meta(source).video_files()
@@ -114,11 +109,6 @@ _CHILD = textwrap.dedent(
 
 
 def test_dataset_of_many_video_files_opens_and_streams_under_a_1024_descriptor_limit(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks.scale_open import write_files_dataset
-    finally:
-        sys.path.remove(str(REPO))
     root = write_files_dataset(tmp_path / f"files-{MANY_FILES}", MANY_FILES)
     env = {**os.environ, "HF_LEROBOT_HOME": str(tmp_path / "home")}
     result = subprocess.run(

@@ -8,7 +8,6 @@ published sidecar the open reads no MP4 byte at all.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.sidecar import SidecarCache, build_archive
 from lerobot_nodes.sidecar.cache import REMOTE_BUILD_WORKERS, default_build_workers
 from lerobot_nodes.sources import HubRepoSource, LocalSource
+from lerobot_nodes.testing import write_files_dataset
 from lerobot_nodes.testing.hub import LoopbackHub
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,11 +32,6 @@ LATENCY_S = 0.05
 @pytest.fixture(scope="module")
 def files_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """96 episodes, one ~7 KB MP4 per episode and camera (past the 4 KiB head window: two reads each)."""
-    sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks.scale_open import write_files_dataset
-    finally:
-        sys.path.remove(str(REPO))
     return write_files_dataset(tmp_path_factory.mktemp("remote-index") / "files", FILES, frames=30, size=64)
 
 

@@ -8,7 +8,6 @@ selected episode exactly once.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,19 +18,14 @@ import pytest
 from lerobot_nodes import MetadataError
 from lerobot_nodes.dataset import StreamingLeRobotDataset
 from lerobot_nodes.nodes.sharder import rank_episodes
+from lerobot_nodes.testing import write_files_dataset
 
-REPO = Path(__file__).resolve().parents[2]
 WORLD = 4
 
 
 @pytest.fixture(scope="module")
 def files_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """24 episodes, each in its own MP4 per camera (48 video files)."""
-    sys.path.insert(0, str(REPO))
-    try:
-        from benchmarks.scale_open import write_files_dataset
-    finally:
-        sys.path.remove(str(REPO))
     return write_files_dataset(tmp_path_factory.mktemp("rank-open") / "files-48", 48)
 
 

@@ -11,7 +11,6 @@ file (and episode) it concerns.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import io
 import json
@@ -30,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError, MetadataError, SourceFileNotFoundError, UnsupportedVersionError
+from ..heap import glibc_malloc_trim
 from ..sources import ByteSource, FileInfo, LocalSource
 from ..sources.listed import ListedHttpSource
 from .parquet_columns import read_columns
@@ -303,25 +303,16 @@ def load_meta(source: ByteSource, repo_id: str | None = None, check_files: bool 
     return meta
 
 
+_malloc_trim = functools.cache(glibc_malloc_trim)
+
+
 def release_free_heap() -> None:
     """Give memory freed while reading the metadata back to the system: Arrow's pool's unused
     memory, and the C heap's free pages where the C library is glibc (``malloc_trim(0)``)."""
     pa.default_memory_pool().release_unused()
-    trim = _glibc_malloc_trim()
+    trim = _malloc_trim()
     if trim is not None:
         trim()
-
-
-@functools.cache
-def _glibc_malloc_trim() -> Callable[[], object] | None:
-    # The same ctypes call as nodes.heap_trimmer.glibc_malloc_trim (format/ may not import nodes/).
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return functools.partial(trim, 0)
 
 
 def _read_json(source: ByteSource, path: str) -> Any:

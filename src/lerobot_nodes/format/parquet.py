@@ -29,6 +29,7 @@ from ..sources.ranges import coalesce
 from ..sources.sparse_file import SparseFile
 from .episode_data import EpisodeData, episode_data_from_table
 from .meta import DatasetMeta
+from .parquet_columns import column_chunk_range
 
 _FOOTER_GUESS = 8
 """Tail bytes read first to find the footer: the footer length and magic only, so the second read
@@ -247,11 +248,3 @@ def join_pieces(pieces: dict[int, bytes]) -> dict[int, bytes]:
             run[start - run_start : start - run_start + len(data)] = data
         joined[run_start] = bytes(run)
     return joined
-
-
-def column_chunk_range(metadata: pq.FileMetaData, group: int, column: int) -> ByteRange:
-    chunk = metadata.row_group(group).column(column)
-    start = chunk.data_page_offset
-    if chunk.has_dictionary_page and chunk.dictionary_page_offset is not None and chunk.dictionary_page_offset > 0:
-        start = min(start, chunk.dictionary_page_offset)
-    return (start, start + chunk.total_compressed_size)

@@ -69,7 +69,8 @@ def leaf_columns(schema: pa.Schema, names: Sequence[str]) -> list[int]:
     return leaves
 
 
-def _chunk_range(metadata: pq.FileMetaData, group: int, column: int) -> ByteRange:
+def column_chunk_range(metadata: pq.FileMetaData, group: int, column: int) -> ByteRange:
+    """The bytes of one column chunk of one row group: its dictionary page (if any) and data pages."""
     chunk = metadata.row_group(group).column(column)
     start = chunk.data_page_offset
     if chunk.has_dictionary_page and chunk.dictionary_page_offset is not None and chunk.dictionary_page_offset > 0:
@@ -137,7 +138,7 @@ def read_columns(
         # A schema whose leaves do not add up: read the file whole rather than guess.
         return read_columns(source, path, columns, whole_file=True)
     ranges = coalesce(
-        [_chunk_range(metadata, g, c) for g in range(metadata.num_row_groups) for c in leaves]
+        [column_chunk_range(metadata, g, c) for g in range(metadata.num_row_groups) for c in leaves]
     )
     # Ranges inside the tail already fetched need no second read.
     to_fetch = [(start, end) for start, end in ranges if start < tail_start]

@@ -50,12 +50,30 @@ a clip's samples do not decode.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import VideoDecodeError
-from .clip import materialize_clip, read_clip, read_clip_layout
-from .decode import ClipDecoder, DecodedFrameBudget, decode_clip
-from .index import VideoIndex, read_index, read_index_from_bytes, read_index_from_source
-from .layout import Clip, ClipLayout, ClipOrigin
-from .plan import ClipPlan, plan_clip
+from ..lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .clip import materialize_clip, read_clip, read_clip_layout
+    from .decode import ClipDecoder, DecodedFrameBudget, decode_clip
+    from .index import VideoIndex, read_index, read_index_from_bytes, read_index_from_source
+    from .layout import Clip, ClipLayout, ClipOrigin
+    from .plan import ClipPlan, plan_clip
+
+# Imported on first use: the index and planning modules need neither PyAV nor torch, the decoder does.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    globals(),
+    {
+        **dict.fromkeys(("materialize_clip", "read_clip", "read_clip_layout"), ".clip"),
+        **dict.fromkeys(("ClipDecoder", "DecodedFrameBudget", "decode_clip"), ".decode"),
+        **dict.fromkeys(("VideoIndex", "read_index", "read_index_from_bytes", "read_index_from_source"), ".index"),
+        **dict.fromkeys(("Clip", "ClipLayout", "ClipOrigin"), ".layout"),
+        **dict.fromkeys(("ClipPlan", "plan_clip"), ".plan"),
+    },
+)
 
 __all__ = [
     "Clip",

@@ -16,25 +16,14 @@ passes items on.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from torchdata.nodes import BaseNode
 
+from ..heap import glibc_malloc_trim
+
 T = TypeVar("T")
-
-
-def glibc_malloc_trim() -> Callable[[], object] | None:
-    """``malloc_trim(0)`` of this process's C library, or None where it has none."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return functools.partial(trim, 0)
 
 
 class HeapTrimmer(BaseNode[T]):

@@ -9,18 +9,39 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import PublishNotSupportedError, SidecarError, SidecarFormatError, SidecarLockTimeoutError
-from .builder import BuildSummary, build_archive
-from .cache import (
-    DEFAULT_LOCK_TIMEOUT_S,
-    OpenReport,
-    SidecarCache,
-    default_build_workers,
-    default_cache_root,
-    open_video_indexes,
+from ..lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .builder import BuildSummary, build_archive
+    from .cache import (
+        DEFAULT_LOCK_TIMEOUT_S,
+        OpenReport,
+        SidecarCache,
+        default_build_workers,
+        default_cache_root,
+        open_video_indexes,
+    )
+    from .derived import DERIVED_GENERATION, MappedRecord, MappedVideoIndex, smallest_exact_dtype
+    from .schema import SCHEMA_DOC, SCHEMA_VERSION, SidecarArchive, SourceIdentity
+
+# Imported on first use: ``cache list`` needs only the cache layout and its locks.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    globals(),
+    {
+        **dict.fromkeys(("BuildSummary", "build_archive"), ".builder"),
+        **dict.fromkeys(
+            ("DEFAULT_LOCK_TIMEOUT_S", "OpenReport", "SidecarCache", "default_build_workers", "default_cache_root",
+             "open_video_indexes"),
+            ".cache",
+        ),
+        **dict.fromkeys(("DERIVED_GENERATION", "MappedRecord", "MappedVideoIndex", "smallest_exact_dtype"), ".derived"),
+        **dict.fromkeys(("SCHEMA_DOC", "SCHEMA_VERSION", "SidecarArchive", "SourceIdentity"), ".schema"),
+    },
 )
-from .derived import DERIVED_GENERATION, MappedRecord, MappedVideoIndex, smallest_exact_dtype
-from .schema import SCHEMA_DOC, SCHEMA_VERSION, SidecarArchive, SourceIdentity
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",

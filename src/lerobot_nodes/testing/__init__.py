@@ -9,6 +9,7 @@ HTTP plumbing both run on from :mod:`~lerobot_nodes.testing.http_server`.
 from __future__ import annotations
 
 from lerobot_nodes.testing.dataset import ensure_demo_dataset, write_dataset
+from lerobot_nodes.testing.many_files import write_files_dataset
 from lerobot_nodes.testing.video import (
     concatenate_videos,
     encode_video,
@@ -23,4 +24,5 @@ __all__ = [
     "synthetic_frames",
     "video_duration_s",
     "write_dataset",
+    "write_files_dataset",
 ]
