@@ -30,18 +30,17 @@ printed are formatted.
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import LeRobotNodesError
 from .format.meta import STATS_PATH, DatasetMeta
+from .format.parquet_columns import read_footer_tail
 from .mp4.index import VideoIndex
 from .sources import ByteSource
 
@@ -56,7 +55,6 @@ LINES_PER_KIND = 20
 EPISODE_RUNS_SHOWN = 6
 RANGE_COLUMNS = ("index", "episode_index", "frame_index", "timestamp")
 NO_STATS_DTYPES = ("string", "language")
-_MAGIC = b"PAR1"
 
 
 @dataclass(frozen=True)
@@ -152,27 +150,7 @@ class FooterFacts:
 def read_footer_facts(source: ByteSource, path: str, size: int) -> FooterFacts:
     """Read and parse the footer of ``path`` (``size`` bytes, from the listing); raise
     :class:`ValueError` saying what is wrong with it."""
-    if size < 12:
-        raise ValueError(f"{path} is too small to be a Parquet file ({size} bytes)")
-    tail_start = max(0, size - FOOTER_TAIL)
-    tail = source.read_range(path, tail_start, size)
-    if len(tail) != size - tail_start:
-        raise ValueError(f"{path}: read {len(tail)} bytes of its last {size - tail_start}")
-    if tail[-4:] != _MAGIC:
-        raise ValueError(f"{path} is not a Parquet file (no PAR1 magic at its end)")
-    length = struct.unpack("<I", tail[-8:-4])[0]
-    footer_start = size - 8 - length
-    if footer_start < 4:
-        raise ValueError(f"{path}: Parquet footer length {length} does not fit in {size} bytes")
-    if footer_start < tail_start:
-        tail = source.read_range(path, footer_start, tail_start) + tail
-        tail_start = footer_start
-    footer = tail[footer_start - tail_start : size - 8 - tail_start]
-    del tail
-    try:
-        metadata = pq.ParquetFile(pa.BufferReader(_MAGIC + footer + struct.pack("<I", length) + _MAGIC)).metadata
-    except (pa.ArrowException, OSError) as exc:
-        raise ValueError(f"{path}: malformed Parquet footer: {exc}") from None
+    metadata, _, _ = read_footer_tail(source, path, size, FOOTER_TAIL)
     return footer_facts(metadata)
 
 

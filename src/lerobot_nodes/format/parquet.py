@@ -14,7 +14,6 @@ any set of fetched pieces covering the planned row groups.
 
 from __future__ import annotations
 
-import struct
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -29,14 +28,13 @@ from ..sources.ranges import coalesce
 from ..sources.sparse_file import SparseFile
 from .episode_data import EpisodeData, episode_data_from_table
 from .meta import DatasetMeta
-from .parquet_columns import column_chunk_range
+from .parquet_columns import column_chunk_range, read_footer_tail
 
 _FOOTER_GUESS = 8
 """Tail bytes read first to find the footer: the footer length and magic only, so the second read
 is exactly the footer. A larger guess would save that round trip but read row-group bytes that
 each reader of the file (every DataLoader worker) pays for again, needed or not; what a larger
 guess does hold of row groups is served from it (:meth:`ParquetFooter.unread`), not read again."""
-_PARQUET_MAGIC = b"PAR1"
 
 
 @dataclass(frozen=True)
@@ -174,28 +172,10 @@ def episode_rows(table: pa.Table, meta: DatasetMeta, episode: int, path: str) ->
 def read_footer(source: ByteSource, path: str) -> ParquetFooter:
     """Parse the footer of ``path``: its trailer, then exactly the footer (two range reads)."""
     size = source.info(path).size
-    if size < 12:
-        raise MetadataError(f"{path} is too small to be a Parquet file ({size} bytes)")
-    tail_start = max(0, size - _FOOTER_GUESS)
-    tail = source.read_range(path, tail_start, size)
-    if tail[-4:] != _PARQUET_MAGIC:
-        raise MetadataError(f"{path} is not a Parquet file (no PAR1 magic at its end)")
-    footer_length = struct.unpack("<I", tail[-8:-4])[0]
-    footer_start = size - 8 - footer_length
-    if footer_start < 4:
-        raise MetadataError(f"{path}: Parquet footer length {footer_length} does not fit in {size} bytes")
-    if footer_start < tail_start:
-        # Only the part the first read missed: exactly the footer.
-        tail = source.read_range(path, footer_start, tail_start) + tail
-        tail_start = footer_start
-    # The footer alone, framed as a file of its own: pyarrow parses it without a speculative
-    # read of bytes that were not fetched (decoding is given this metadata and reads no footer).
-    footer = tail[footer_start - tail_start : size - 8 - tail_start]
-    framed = _PARQUET_MAGIC + footer + struct.pack("<I", footer_length) + _PARQUET_MAGIC
     try:
-        metadata = pq.ParquetFile(pa.BufferReader(framed)).metadata
-    except (pa.ArrowException, OSError) as exc:
-        raise MetadataError(f"{path}: malformed Parquet footer: {exc}") from None
+        metadata, tail_start, tail = read_footer_tail(source, path, size, _FOOTER_GUESS)
+    except ValueError as error:
+        raise MetadataError(str(error)) from None
     # The whole tail is kept: the row-group bytes it holds are served from it.
     return ParquetFooter(path=path, size=size, metadata=metadata, footer_start=tail_start, footer_bytes=tail)
 

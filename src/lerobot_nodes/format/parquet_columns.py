@@ -78,30 +78,36 @@ def column_chunk_range(metadata: pq.FileMetaData, group: int, column: int) -> By
     return (start, start + chunk.total_compressed_size)
 
 
-def _read_footer(source: ByteSource, path: str, size: int) -> tuple[pq.FileMetaData, int, bytes]:
-    """The parsed footer, where the first fetched tail starts, and that tail.
+def read_footer_tail(source: ByteSource, path: str, size: int, guess: int = _FOOTER_GUESS) -> tuple[pq.FileMetaData, int, bytes]:
+    """The parsed footer of ``path`` (``size`` bytes), where the fetched tail starts, and the tail
+    (which ends with the footer).
 
-    One range read of the last 64 KiB; a footer longer than that is then read exactly (a second
-    read, of the footer only)."""
+    One range read of the last ``guess`` bytes; a footer longer than that is then read exactly (a
+    second read, of the part the first one missed). The footer is parsed alone, framed as a file of
+    its own, so pyarrow makes no speculative read of bytes that were not fetched. Raises
+    :class:`ValueError` naming ``path`` and what is wrong with it (callers give it their error type).
+    """
     if size < 12:
-        raise _unreadable(source, path, f"{size} bytes is too small")
-    tail_start = max(0, size - _FOOTER_GUESS)
+        raise ValueError(f"{path} is too small to be a Parquet file ({size} bytes)")
+    tail_start = max(0, size - guess)
     tail = source.read_range(path, tail_start, size)
+    if len(tail) != size - tail_start:
+        raise ValueError(f"{path}: read {len(tail)} bytes of its last {size - tail_start}")
     if tail[-4:] != _PARQUET_MAGIC:
-        raise _unreadable(source, path, "no PAR1 magic at its end")
+        raise ValueError(f"{path} is not a Parquet file (no PAR1 magic at its end)")
     footer_length = struct.unpack("<I", tail[-8:-4])[0]
     footer_start = size - 8 - footer_length
     if footer_start < 4:
-        raise _unreadable(source, path, f"footer length {footer_length} does not fit in {size} bytes")
-    if footer_start >= tail_start:
-        footer = tail[footer_start - tail_start :]
-    else:
-        footer = source.read_range(path, footer_start, size)
+        raise ValueError(f"{path}: Parquet footer length {footer_length} does not fit in {size} bytes")
+    if footer_start < tail_start:
+        tail = source.read_range(path, footer_start, tail_start) + tail
+        tail_start = footer_start
+    footer = tail[footer_start - tail_start : size - 8 - tail_start]
+    framed = _PARQUET_MAGIC + footer + struct.pack("<I", footer_length) + _PARQUET_MAGIC
     try:
-        # The footer alone, framed as a file: pyarrow parses it without reading the data before it.
-        metadata = pq.read_metadata(pa.BufferReader(_PARQUET_MAGIC + footer))
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _unreadable(source, path, exc) from None
+        metadata = pq.ParquetFile(pa.BufferReader(framed)).metadata
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{path}: malformed Parquet footer: {exc}") from None
     return metadata, tail_start, tail
 
 
@@ -124,7 +130,10 @@ def read_columns(
         return ColumnRead(table=table, schema=schema, bytes_fetched=len(raw))
 
     size = source.info(path).size if size is None else size
-    metadata, tail_start, tail = _read_footer(source, path, size)
+    try:
+        metadata, tail_start, tail = read_footer_tail(source, path, size)
+    except ValueError as error:
+        raise _unreadable(source, path, error) from None
     try:
         # Not metadata.schema: that makes a FileMetaData <-> ParquetSchema reference cycle,
         # which keeps the (large) parsed footer alive until the next garbage collection.
