@@ -177,9 +177,12 @@ def test_a_video_vanishing_mid_epoch_is_a_clear_error(serve, http_dataset):
     batches = iter(streaming_dataloader(dataset, batch_size=2, num_workers=0))
     next(batches)
     server.hide(video)
-    with pytest.raises(EpisodeFetchError) as caught:
-        for _ in batches:
-            pass
+    try:
+        with pytest.raises(EpisodeFetchError) as caught:
+            for _ in batches:
+                pass
+    finally:
+        dataset.close()  # the failed graph's threads end here, not in a later test
     assert isinstance(caught.value.__cause__, SourceFileNotFoundError)
     assert video in str(caught.value) and "answered 404" in str(caught.value)
 
