@@ -40,7 +40,7 @@ from av.video.codeccontext import VideoCodecContext
 from ..errors import VideoDecodeError, VideoIndexError
 from ..format.depth import codes_to_tensor, depth_codes
 from .clip import materialize_clip, read_clip_layout
-from .file_video import tolerance_error
+from .file_video import ERROR_DETECTION, h264_keys_are_idr, tolerance_error
 from .layout import Clip, ClipLayout, ClipOrigin
 from .plan import ClipPlan
 from .rgb import RgbConverter
@@ -322,6 +322,12 @@ class ClipDecoder:
         self._time_base = Fraction(1, self.timescale)
         self._codec_name = decoder_name(layout.codec)
         self._extradata = layout.codec_config
+        keys = self._keyframes
+        self._detects_errors = layout.codec != "h264" or h264_keys_are_idr(
+            self._clip, layout.offsets[keys].tolist(), layout.sizes[keys].tolist(), bytes(layout.codec_config)
+        )
+        # Pooled contexts are shared only with decoders of the same options.
+        self._pool_name = self._codec_name + ("" if self._detects_errors else "/conceal")
         self._frame_cache_size = max(1, frame_cache_size)
         self._budget = frame_budget if frame_budget is not None else DecodedFrameBudget(None)
         self._owner = self._budget.register()
@@ -511,7 +517,7 @@ class ClipDecoder:
             context, self._context = self._context, None
             pool = self._context_pool
             if context is not None and pool is not None:
-                pool.give(self._codec_name, self._extradata, context)
+                pool.give(self._pool_name, self._extradata, context)
             self._budget.release(self._owner)
 
     def __enter__(self) -> ClipDecoder:
@@ -606,13 +612,15 @@ class ClipDecoder:
     def _restart(self, key: int, seek: bool = True) -> None:
         if self._context is None:
             pool = self._context_pool
-            reused = pool.take(self._codec_name, self._extradata) if pool is not None else None
+            reused = pool.take(self._pool_name, self._extradata) if pool is not None else None
             if reused is not None:
                 self._context = reused  # flushed when given back
             else:
                 context = cast(VideoCodecContext, av.CodecContext.create(self._codec_name, "r"))
                 context.extradata = self._extradata
                 context.thread_count = 1
+                if self._detects_errors:
+                    context.options = dict(ERROR_DETECTION)
                 self._context = context
         else:
             self._context.flush_buffers()
@@ -636,8 +644,14 @@ class ClipDecoder:
         try:
             return list(context.decode(packet))
         except av.FFmpegError as error:
-            where = "flushing" if sample is None else f"sample {sample}"
-            raise VideoDecodeError(f"{self._where}: decoding failed at {where}: {error}") from None
+            if sample is None:
+                where = "flushing"
+            else:
+                pts = self._packet_fields[sample][2]
+                where = f"sample {sample}, frame at pts {pts} ({pts / self.timescale:.6f} s)"
+            raise VideoDecodeError(
+                f"{self._where}: decoding failed at {where}: {error}; the video's samples are damaged"
+            ) from None
 
     def _accept(self, frame: av.VideoFrame, wanted: set[int], found: dict[int, av.VideoFrame]) -> None:
         pts = frame.pts

@@ -17,7 +17,7 @@ import av
 import numpy as np
 import torch
 
-from ..errors import FrameTimestampError, MetadataError, VideoIndexError
+from ..errors import FrameTimestampError, MetadataError, VideoDecodeError, VideoIndexError
 from ..format.depth import codes_to_tensor, depth_codes
 from ..sources import ByteSource
 from ..sources.source_file import open_buffered
@@ -35,6 +35,42 @@ def tolerance_error(
         f"To be safe, we advise to ignore this item during training.\nqueried timestamps: {list(queries)}\n"
         f"loaded timestamps: {list(loaded)}\nvideo: {where}"
     )
+
+
+ERROR_DETECTION = {"err_detect": "explode"}
+"""Codec options of the decoders (clip and whole file): FFmpeg's decoder fails with an error
+where it detects a damaged bitstream instead of concealing it (H.264 otherwise patches the
+macroblocks it could not decode from neighbouring frames and returns them without a word).
+Frames of undamaged files are unchanged: the flag acts only where the decoder detects an error.
+LeRobot's dav1d already fails on AV1 errors it detects. Not set for H.264 whose key frames are
+not all IDR (open GOP, see :func:`h264_keys_are_idr`). Damage a decoder cannot detect (bytes
+that still parse) stays undetected: MP4 samples carry no checksum."""
+
+
+def h264_keys_are_idr(data: bytes | memoryview, offsets: Sequence[int], sizes: Sequence[int], config: bytes) -> bool:
+    """Whether every H.264 sample at ``offsets``/``sizes`` of ``data`` (key frames, ``avcC``
+    ``config``) is an IDR picture: its first slice NAL unit is of type 5.
+
+    A recovery-point I frame (x264's open GOP) is a sync sample too, but pictures after it may
+    name earlier pictures in their reference marking: decoding from it, FFmpeg reports that
+    ("mmco: unref short failure") on clean files, and ``err_detect=explode`` would fail there.
+    """
+    if len(config) < 5:
+        return False
+    length_size = (config[4] & 3) + 1
+    view = memoryview(data)
+    for offset, size in zip(offsets, sizes, strict=True):
+        position, end, idr = int(offset), int(offset) + int(size), False
+        while position + length_size < end:
+            nal_size = int.from_bytes(view[position : position + length_size], "big")
+            nal_type = view[position + length_size] & 0x1F
+            if 1 <= nal_type <= 5:
+                idr = nal_type == 5
+                break
+            position += length_size + nal_size
+        if not idr:
+            return False
+    return True
 
 
 def _reformat_takes_threads() -> bool:
@@ -63,8 +99,15 @@ class FileVideoDecoder:
 
     def __init__(self, source: ByteSource, path: str) -> None:
         self.path = path
+        self._source = source
         self._where = f"{source.url}/{path}"
-        self._file = open_buffered(source, path)
+        self._checked_spans: set[tuple[float, float]] = set()
+        self._open(detect_errors=True)
+
+    def _open(self, detect_errors: bool) -> None:
+        """Open the file; with ``detect_errors``, damage the decoder detects fails decoding
+        (:data:`ERROR_DETECTION`) instead of being concealed."""
+        self._file = open_buffered(self._source, self.path)
         try:
             self._container = av.open(self._file, mode="r")
         except av.FFmpegError as exc:
@@ -74,8 +117,10 @@ class FileVideoDecoder:
             self.close()
             raise VideoIndexError(f"{self._where}: no video stream")
         self._stream = self._container.streams.video[0]
+        self._detects_errors = detect_errors
+        if detect_errors:
+            self._stream.codec_context.options = dict(ERROR_DETECTION)
         self._time_base = self._stream.time_base
-        self._checked_spans: set[tuple[float, float]] = set()
 
     @property
     def end_time(self) -> float | None:
@@ -103,6 +148,18 @@ class FileVideoDecoder:
         self._container.close()
         self._file.close()
 
+    def _reports_clean_errors(self, start_key: av.Packet | None) -> bool:
+        """Whether decoding from ``start_key`` can report errors on a clean file: an H.264 key frame
+        that is not an IDR picture (see :func:`h264_keys_are_idr`)."""
+        context = self._stream.codec_context
+        if context.name != "h264":
+            return False
+        config = bytes(context.extradata or b"")
+        if start_key is None:
+            return True
+        data = bytes(start_key)
+        return not h264_keys_are_idr(data, [0], [len(data)], config)
+
     def decode(
         self, timestamps: Sequence[float], tolerance_s: float, return_uint8: bool = True, depth: bool = False
     ) -> torch.Tensor:
@@ -116,17 +173,36 @@ class FileVideoDecoder:
         self._container.seek(round(first / self._time_base) - 1, backward=True, any_frame=False, stream=self._stream)
         loaded: list[np.ndarray] = []
         loaded_ts: list[float] = []
+        start_key: av.Packet | None = None
         try:
-            for frame in self._container.decode(self._stream):
-                if frame.pts is None:
+            # What container.decode(stream) does (demux, decode each packet, the flush packet
+            # last), with the key frame decoding starts from at hand.
+            for packet in self._container.demux(self._stream):
+                if start_key is None:
+                    start_key = packet
+                for frame in packet.decode():
+                    if frame.pts is None:
+                        continue
+                    current = float(frame.pts * self._time_base)
+                    loaded.append(depth_codes(frame) if depth else frame.to_ndarray(format="rgb24"))
+                    loaded_ts.append(current)
+                    if current >= last:
+                        break
+                else:
                     continue
-                current = float(frame.pts * self._time_base)
-                loaded.append(depth_codes(frame) if depth else frame.to_ndarray(format="rgb24"))
-                loaded_ts.append(current)
-                if current >= last:
-                    break
+                break
         except av.FFmpegError as exc:
-            raise VideoIndexError(f"{self._where}: decoding failed near {first:.4f} s: {exc}") from None
+            if self._detects_errors and self._reports_clean_errors(start_key):
+                # Open-GOP H.264 from a recovery-point key frame: FFmpeg reports errors of clean
+                # files there; this file is decoded as LeRobot does, concealing, from now on.
+                self.close()
+                self._open(detect_errors=False)
+                return self.decode(timestamps, tolerance_s, return_uint8, depth)
+            after = f", after the frame at {loaded_ts[-1]:.6f} s" if loaded_ts else ""
+            raise VideoDecodeError(
+                f"{self._where}: decoding failed reading frames for [{first:.6f}, {last:.6f}] s{after}: {exc}; "
+                "the video's samples are damaged"
+            ) from None
         if not loaded:
             raise FrameTimestampError(f"No frames could be decoded from {self._where} in [{first}, {last}] s")
         query = np.asarray(timestamps, dtype=np.float64)
