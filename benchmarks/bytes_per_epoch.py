@@ -71,13 +71,17 @@ def dataset_bytes(root: Path) -> dict[str, int]:
     return totals
 
 
-def one_epoch(hub: Any, num_workers: int, home: Path) -> tuple[dict[str, int], dict[str, int], int, float]:
+def one_epoch(
+    hub: Any, num_workers: int, home: Path, disk_cache_gb: float = 0.0
+) -> tuple[dict[str, int], dict[str, int], int, float]:
     os.environ["HF_LEROBOT_HOME"] = str(home)
     from lerobot_nodes.config import StreamingConfig
     from lerobot_nodes.dataset import StreamingLeRobotDataset
     from lerobot_nodes.loader import streaming_dataloader
 
-    config = StreamingConfig(streaming_episode_pool_size=2, streaming_prefetch_episodes=2)
+    config = StreamingConfig(
+        streaming_episode_pool_size=2, streaming_prefetch_episodes=2, streaming_disk_cache_gb=disk_cache_gb
+    )
     hub.clear_records()
     started = time.perf_counter()
     dataset = StreamingLeRobotDataset(repo_id=REPO, delta_timestamps=WINDOW, return_uint8=True, seed=3, config=config)
@@ -103,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=166)
     parser.add_argument("--rows-per-group", type=int, default=300)
     parser.add_argument("--dataset", help="write the dataset here, or reuse it if already there (default: a temp dir)")
+    parser.add_argument("--disk-cache-gb", type=float, default=0.0,
+                        help="--dataset.streaming_disk_cache_gb (default 0: the disk cache off)")
     parser.add_argument("--dump", action="store_true", help="print every data-Parquet request (path, range, bytes)")
     args = parser.parse_args(argv)
     if args.src:
@@ -133,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             print("| workers | kind | served bytes | dataset bytes | served / dataset | requests |")
             print("|---|---|---|---|---|---|")
             for workers in args.workers:
-                served, requests, samples, seconds = one_epoch(hub, workers, Path(scratch) / f"home-{workers}")
+                served, requests, samples, seconds = one_epoch(
+                    hub, workers, Path(scratch) / f"home-{workers}", args.disk_cache_gb
+                )
                 if args.dump:
                     for record in hub.records:
                         if kind_of(record.path) == "parquet":

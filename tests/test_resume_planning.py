@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lerobot_nodes.nodes import EpisodePoolSampler, RankWorkerSharder, max_workers_for_rank
+from lerobot_nodes.nodes.sharder import CONTIGUOUS_SPLIT, SCATTERED_SPLIT
 from lerobot_nodes.resume.planning import (
     Remnant,
     RemnantEpisode,
@@ -166,6 +167,51 @@ def test_assignment_balances_remaining_frames_not_lengths():
     carried = [c for p in parts for c in p.carried]
     assert carried == [(0, 90, 3)]
     assert all(p.epoch == 3 and p.next_epoch == 4 and p.elastic for p in parts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 90), min_size=1, max_size=30),
+    taken=st.data(),
+    world=st.integers(1, 3),
+    workers=st.integers(1, 4),
+)
+def test_a_ranks_remnant_goes_to_its_workers_as_contiguous_runs(lengths, taken, world, workers):
+    items = tuple(
+        RemnantEpisode(e, n, taken.draw(st.integers(0, n - 1)), 0) for e, n in enumerate(lengths)
+    )
+    remnant = Remnant(epoch=0, episodes=items)
+    topology = Topology(world, workers)
+    delivered = []
+    for rank in range(world):
+        parts = [assign_remnant(remnant, topology, rank, w, seed=9).assigned for w in range(topology.parts)]
+        mine = [e for part in parts for e in part]
+        assert mine == sorted(mine)  # worker 0 holds the first run of the rank's remnant episodes, and so on
+        remaining = {item.episode: item.remaining for item in items}
+        totals = [sum(remaining[e] for e in part) for part in parts]
+        if len(mine) >= topology.parts:
+            assert all(parts) and max(totals) - min(totals) <= max(remaining[e] for e in mine)
+        old = [
+            assign_remnant(remnant, topology, rank, w, 9, SCATTERED_SPLIT).assigned for w in range(topology.parts)
+        ]
+        assert sorted(e for part in old for e in part) == sorted(mine)
+        delivered += mine
+    assert sorted(delivered) == list(range(len(lengths)))
+
+
+def test_the_scattered_remnant_split_is_the_previous_versions():
+    remnant = Remnant(epoch=1, episodes=tuple(RemnantEpisode(e, n) for e, n in enumerate([9, 40, 3, 22, 17, 31, 8])))
+
+    def split(topology, worker_split):
+        return [
+            [list(assign_remnant(remnant, topology, r, w, 5, worker_split).assigned) for w in range(topology.parts)]
+            for r in range(topology.world_size)
+        ]
+
+    # printed by the version before the contiguous worker split
+    assert split(Topology(2, 2), SCATTERED_SPLIT) == [[[1], [4, 6]], [[2, 5], [0, 3]]]
+    assert split(Topology(1, 3), SCATTERED_SPLIT) == [[[1, 2], [0, 5], [3, 4, 6]]]
+    assert split(Topology(1, 3), CONTIGUOUS_SPLIT) == [[[0, 1], [2, 3, 4], [5, 6]]]
 
 
 def test_more_parts_than_episodes_leaves_some_workers_empty():

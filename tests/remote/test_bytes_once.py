@@ -118,6 +118,19 @@ def _footer_bytes(root: Path) -> int:
     return total
 
 
+def _row_groups_at_cuts(root: Path, worker_of: dict[int, int]) -> int:
+    """Compressed bytes of the row groups holding rows of two workers (the ones at the split's cuts)."""
+    shared = 0
+    for path in (root / "data").rglob("*.parquet"):
+        file = pq.ParquetFile(path)
+        for group in range(file.num_row_groups):
+            column = file.read_row_group(group, columns=["episode_index"]).column(0)
+            if len({worker_of[e] for e in pa.compute.unique(column).to_pylist()}) > 1:
+                meta = file.metadata.row_group(group)
+                shared += sum(meta.column(c).total_compressed_size for c in range(meta.num_columns))
+    return shared
+
+
 def _dataset_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and ".cache" not in p.parts)
 
@@ -168,3 +181,21 @@ def test_two_workers_read_each_byte_once_per_epoch(per_worker, monkeypatch):
     assert _served(hub, mp4) <= 1.05 * sum(mp4.values())
     total = sum(r.bytes_sent for r in records)
     assert total <= 1.05 * _dataset_bytes(per_worker), (total, _dataset_bytes(per_worker))
+
+
+@pytest.mark.timeout(300)
+def test_two_workers_share_only_the_row_groups_at_their_cut(uniform, monkeypatch):
+    """Row groups cut regardless of episodes: each worker reads a run of consecutive episodes, so
+    only the row groups holding the cut between the two runs are read by both."""
+    episodes = list(range(load_meta(open_source(uniform)).total_episodes))
+    split = rank_worker_split(episodes, [LENGTHS[e] for e in episodes], 0, 1, 2, SEED)
+    assert split == [episodes[: len(split[0])], episodes[len(split[0]) :]]
+    worker_of = {e: w for w, part in enumerate(split) for e in part}
+    at_cut = _row_groups_at_cuts(uniform, worker_of)
+    assert 0 < at_cut < 0.5 * sum(_files(uniform, "parquet").values())  # one or two groups of several
+    samples, records, hub = _epoch(uniform, 2, monkeypatch)
+    assert_epoch_matches_local(samples, uniform)
+    parquet = _files(uniform, "parquet")
+    assert _served(hub, parquet) <= sum(parquet.values()) + _footer_bytes(uniform) + at_cut
+    total = sum(r.bytes_sent for r in records)
+    assert total <= 1.05 * _dataset_bytes(uniform), (total, _dataset_bytes(uniform))

@@ -7,6 +7,11 @@ dataset or selection fails with what differs instead of a ``KeyError`` deep in a
 Datasets are compared by content (a fingerprint of their metadata), never by path: a copy
 in another folder resumes. A pinned revision (a Hub commit sha) is compared when both sides
 have one. The source address is recorded for the message only; it never holds credentials.
+
+The worker split (how a rank's episodes are split over its DataLoader workers) is recorded
+too, but adopted rather than compared: a resumed run keeps splitting as its checkpoint did, and
+a state without it was written before the contiguous split existed, so it resumes with the
+``scattered`` split of those versions (:func:`worker_split_of`).
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from urllib.parse import urlsplit, urlunsplit
 from ..config import StreamingConfig
 from ..errors import ConfigError
 from ..format.meta import DatasetMeta
+from ..nodes.sharder import CONTIGUOUS_SPLIT, SCATTERED_SPLIT, check_worker_split
 
 logger = logging.getLogger("lerobot_nodes.dataset")
 
 SOURCE = "source"
 REVISION = "revision"
+WORKER_SPLIT = "worker_split"
 COMPARED: dict[str, str] = {
     "total_frames": "total frames",
     "fps": "fps",
@@ -64,7 +71,12 @@ def without_credentials(url: str) -> str:
 
 
 def dataset_identity(
-    source_url: str, revision: str | None, meta: DatasetMeta, episodes: Sequence[int], config: StreamingConfig
+    source_url: str,
+    revision: str | None,
+    meta: DatasetMeta,
+    episodes: Sequence[int],
+    config: StreamingConfig,
+    worker_split: str = CONTIGUOUS_SPLIT,
 ) -> dict[str, Any]:
     """The plain, small identity recorded with a resume state."""
     selected = [int(e) for e in episodes]
@@ -80,7 +92,22 @@ def dataset_identity(
         "episode_pool_size": config.streaming_episode_pool_size,
         "byte_budget_gb": config.streaming_byte_budget_gb,
         "gop_runs": config.streaming_gop_runs,
+        WORKER_SPLIT: check_worker_split(worker_split),
     }
+
+
+def worker_split_of(identity: Mapping[str, Any] | None) -> str:
+    """The worker split a run with this identity used: the recorded one, or ``scattered`` for an
+    identity without one (or no identity), which only the versions before the contiguous split wrote.
+    An unknown recorded split is a :class:`ConfigError` naming it."""
+    if identity is None or identity.get(WORKER_SPLIT) is None:
+        return SCATTERED_SPLIT
+    return check_worker_split(str(identity[WORKER_SPLIT]))
+
+
+def with_worker_split(identity: Mapping[str, Any], worker_split: str) -> dict[str, Any]:
+    """``identity`` recording ``worker_split`` (the split a resumed run adopts from its checkpoint)."""
+    return {**identity, WORKER_SPLIT: check_worker_split(worker_split)}
 
 
 def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

@@ -188,7 +188,7 @@ def _started(planned: StepPlanned, schedule: RankSchedule, worker_id: int, num_w
         return WorkerStart(epoch=offset.epoch, schedule_worker=schedule_worker, samples=offset.samples)
     assert planned.remnant is not None
     new = Topology(schedule.world_size, num_workers)
-    return assign_remnant(planned.remnant, new, schedule.rank, worker_id, schedule.seed)
+    return assign_remnant(planned.remnant, new, schedule.rank, worker_id, schedule.seed, schedule.worker_split)
 
 
 def _checkpoint_state(checkpoint: StepCheckpoint) -> dict[str, int]:

@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..nodes.pool_sampler import EpisodePoolSampler
-from ..nodes.sharder import RankWorkerSharder, frame_balanced_assignment, seed_entropy
+from ..nodes.sharder import (
+    CONTIGUOUS_SPLIT,
+    SCATTERED_SPLIT,
+    RankWorkerSharder,
+    contiguous_balanced_split,
+    frame_balanced_assignment,
+    seed_entropy,
+)
 
 
 @dataclass(frozen=True)
@@ -325,13 +332,17 @@ class WorkerStart:
 _REMNANT_STREAM = 0x524D4E54
 
 
-def assign_remnant(remnant: Remnant, topology: Topology, rank: int, worker_id: int, seed: int) -> WorkerStart:
+def assign_remnant(
+    remnant: Remnant, topology: Topology, rank: int, worker_id: int, seed: int, worker_split: str = CONTIGUOUS_SPLIT
+) -> WorkerStart:
     """The remnant episodes of (``rank``, ``worker_id``) in ``topology``.
 
-    Whole episodes, weighted by their remaining frames, split frame-balanced over the ranks and
-    then over each rank's workers (``frame_balanced_assignment``): every remnant frame goes to
-    exactly one worker; a part may be empty when the remnant has fewer episodes than parts.
-    Deterministic in (remnant, topology, seed).
+    Whole episodes, weighted by their remaining frames, split frame-balanced over the ranks
+    (``frame_balanced_assignment``) and then over each rank's workers as the run splits its
+    plain epochs (``worker_split``: runs of consecutive episodes, ``contiguous_balanced_split``,
+    or the older ``scattered`` split): every remnant frame goes to exactly one worker; a part may
+    be empty when the remnant has fewer episodes than parts. Deterministic in (remnant,
+    topology, seed, worker_split).
     """
     if not 0 <= rank < topology.world_size or not 0 <= worker_id < topology.parts:
         raise ValueError(f"rank {rank} / worker {worker_id} is not in {topology}")
@@ -339,7 +350,11 @@ def assign_remnant(remnant: Remnant, topology: Topology, rank: int, worker_id: i
     entropy = seed_entropy(seed) ^ _REMNANT_STREAM
     ranks = frame_balanced_assignment([item.remaining for item in items], topology.world_size, entropy)
     mine = [items[i] for i in ranks[rank]]
-    workers = frame_balanced_assignment([item.remaining for item in mine], topology.parts, entropy ^ (rank + 1))
+    remaining = [item.remaining for item in mine]  # ``mine`` is sorted by episode, as ``items`` is
+    if worker_split == SCATTERED_SPLIT:
+        workers = frame_balanced_assignment(remaining, topology.parts, entropy ^ (rank + 1))
+    else:
+        workers = contiguous_balanced_split(remaining, topology.parts)
     part = [mine[i] for i in workers[worker_id]]
     return WorkerStart(
         epoch=remnant.epoch,
