@@ -7,19 +7,29 @@ time), 217 columns per episode of which 200 are ``stats/<feature>/<stat>`` (20 f
 stats, image stats shaped (3, 1, 1) like LeRobot's), ~300 frames per episode, ``tasks.parquet``
 and ``stats.json``. The payload is empty files: data rolls over every 200 episodes, each camera's
 videos every 40, so the listing ``load_meta`` checks the episodes against is as long as a real
-one. Then every (size, mode) is opened in a fresh process:
+one. Then every (size, mode) is opened in a fresh process, with its own ``$HF_LEROBOT_HOME``:
 
 * ``cold``: the page cache of every ``meta/`` file is dropped first (``posix_fadvise
-  DONTNEED``, no root needed), so the metadata is read from disk;
-* ``warm``: the files are in the page cache (the process is fresh all the same).
+  DONTNEED``, no root needed) and the table cache is empty, so the metadata is read from disk,
+  parsed, and the parsed ``meta/episodes`` table written to the cache (a first open);
+* ``parse``: the files are in the page cache, the table cache is empty (the Parquet is parsed
+  again; before the table cache this was every open after the first);
+* ``warm``: the table cache the ``cold`` open of the same size filled (the page cache of ``meta/``
+  dropped again): a second open, or every rank of a node after the first.
 
 Each child reports the wall time of ``load_meta(LocalSource(root))`` and its CPU time (all
 threads; less sensitive than wall time to other work on the machine), the peak RSS growth over
 the process's footprint after imports (``VmHWM``), the RSS and PSS left after the open, and a
 digest of what was loaded (every episode array and every episode's tasks), so two code
-versions can be checked to load the same thing.
+versions can be checked to load the same thing (and a warm open to load what the cold one did).
+After the table, the growth exponent of each mode over the sizes (the slope of log time, and of
+log peak growth, over log episodes: 1.0 is linear).
 
     python benchmarks/scale_open.py --episodes 10000 100000
+    # 1M episodes (~11 GB of metadata with all 200 stats columns; --stats-features 2 writes 20 of
+    # them, ~1.3 GB: a warm open reads none of them, a cold one reads only their footer entries)
+    python benchmarks/scale_open.py --episodes 1000000 --stats-features 2 --json results.jsonl
+    python benchmarks/scale_open.py --plot-from results.jsonl --plot benchmarks/plots/scale_open/scale_open.png
     # the code before a change, from a worktree of HEAD:
     git worktree add /tmp/before HEAD
     python benchmarks/scale_open.py --episodes 10000 100000 --src /tmp/before/src --label before
@@ -61,8 +71,10 @@ DEFAULT_ROOT = Path("/tmp/lerobot-nodes-scale-open")
 # ----------------------------------------------------------------------------- writing
 
 
-def dataset_root(base: Path, episodes: int) -> Path:
-    return base / f"episodes-{episodes}"
+def dataset_root(base: Path, episodes: int, stats_features: int | None = None) -> Path:
+    return base / (
+        f"episodes-{episodes}" if stats_features is None else f"episodes-{episodes}-stats{stats_features}"
+    )
 
 
 # ----------------------------------------------------------------------------- the files dimension
@@ -105,7 +117,14 @@ def _drop_page_cache(root: Path) -> None:
 def _digest(meta) -> str:
     episodes = meta.episodes
     h = hashlib.sha256()
-    for name in ("episode_index", "length", "dataset_from_index", "dataset_to_index", "data_chunk_index", "data_file_index"):
+    for name in (
+        "episode_index",
+        "length",
+        "dataset_from_index",
+        "dataset_to_index",
+        "data_chunk_index",
+        "data_file_index",
+    ):
         h.update(np.ascontiguousarray(getattr(episodes, name), dtype=np.int64).tobytes())
     for key in sorted(episodes.videos):
         spans = episodes.videos[key]
@@ -123,8 +142,21 @@ def child(root: Path, mode: str) -> None:
     import lerobot_nodes.format.meta as meta_module
     from lerobot_nodes.sources import LocalSource
 
-    source = LocalSource(root)
-    if mode == "cold":
+    read_paths: set[str] = set()
+
+    class CountingSource(LocalSource):
+        """Notes every file read, so a warm open can show it read no meta/episodes Parquet."""
+
+        def _read_file(self, path):  # type: ignore[no-untyped-def]
+            read_paths.add(path)
+            return super()._read_file(path)
+
+        def _read_ranges(self, path, ranges):  # type: ignore[no-untyped-def]
+            read_paths.add(path)
+            return super()._read_ranges(path, ranges)
+
+    source = CountingSource(root)
+    if mode in ("cold", "warm"):
         _drop_page_cache(root)
     base_rss = _status_kb("VmRSS")
     # VmHWM is the process's peak; reset it so the peak is the open's (Linux >= 4.0).
@@ -149,6 +181,7 @@ def child(root: Path, mode: str) -> None:
         "after_rss_mb": after_rss / 1024,
         "after_pss_mb": pss / 1024,
         "episodes": len(meta.episodes),
+        "parquet_files_read": len({p for p in read_paths if p.startswith("meta/episodes/")}),
         "bytes_read_mb": source.stats.bytes_read / 2**20,
         "requests": source.stats.requests,
         "digest": _digest(meta),
@@ -214,8 +247,9 @@ def files_root(base: Path, files: int) -> Path:
     return base / f"files-{files}"
 
 
-def run_files_child(root: Path, where: str, home: Path, src: str | None, nofile: int | None,
-                    endpoint: str | None = None) -> dict:
+def run_files_child(
+    root: Path, where: str, home: Path, src: str | None, nofile: int | None, endpoint: str | None = None
+) -> dict:
     env = dict(os.environ, HF_LEROBOT_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_TELEMETRY="1")
     if endpoint:
         env["HF_ENDPOINT"] = endpoint
@@ -252,10 +286,14 @@ def run_files(args: argparse.Namespace) -> None:
         if args.rewrite or not (root / ".complete").exists():
             started = time.perf_counter()
             write_files_dataset(root, files, frames=30, size=64)
-            print(f"wrote {root}: {files} MP4 files in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+            print(
+                f"wrote {root}: {files} MP4 files in {time.perf_counter() - started:.0f} s", file=sys.stderr
+            )
 
-    print("| code | files | where | meta s | index open s | construct s | first sample s | peak RSS growth MB "
-          "| indexes open | fds after open | MP4 requests | error |")
+    print(
+        "| code | files | where | meta s | index open s | construct s | first sample s | peak RSS growth MB "
+        "| indexes open | fds after open | MP4 requests | error |"
+    )
     print("|" + "---|" * 12)
     table: dict[tuple[str, str], dict[int, dict]] = {}
     for mode in args.files_modes:
@@ -292,11 +330,20 @@ def run_files(args: argparse.Namespace) -> None:
 
             def cell(key: str, digits: int = 2, result: dict = result) -> str:
                 value = result.get(key)
-                return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+                return (
+                    "-"
+                    if value is None
+                    else f"{value:.{digits}f}"
+                    if isinstance(value, float)
+                    else str(value)
+                )
 
-            print(f"| {args.label} | {files} | {label} | {cell('meta_s')} | {cell('index_s')} | {cell('construct_s')} "
-                  f"| {cell('first_sample_s')} | {cell('peak_growth_mb', 0)} | {cell('indexes')} "
-                  f"| {cell('fds_after_open')} | {cell('mp4_requests')} | {result.get('error', '')} |", flush=True)
+            print(
+                f"| {args.label} | {files} | {label} | {cell('meta_s')} | {cell('index_s')} | {cell('construct_s')} "
+                f"| {cell('first_sample_s')} | {cell('peak_growth_mb', 0)} | {cell('indexes')} "
+                f"| {cell('fds_after_open')} | {cell('mp4_requests')} | {result.get('error', '')} |",
+                flush=True,
+            )
     print()
     print("| code | where | " + " | ".join(f"exponent {p}" for p in FILES_PHASES) + " |")
     print("|" + "---|" * (2 + len(FILES_PHASES)))
@@ -312,34 +359,129 @@ def run_files(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------- driving
 
 
-def run_child(root: Path, mode: str, src: str | None) -> dict:
-    env = dict(os.environ)
+def run_child(root: Path, mode: str, src: str | None, home: Path) -> dict:
+    env = dict(os.environ, HF_LEROBOT_HOME=str(home))
     if src:
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     out = subprocess.run(
         [sys.executable, __file__, "--child", str(root), "--mode", mode],
-        env=env, check=True, capture_output=True, text=True,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["log"] = [line for line in out.stderr.splitlines() if line.strip()]  # e.g. a table cache rebuilt
+    return result
+
+
+def print_exponents(rows: list[dict]) -> None:
+    """The growth exponent of each (code, mode) over the sizes measured: wall, CPU and peak growth."""
+    groups: dict[tuple[str, str], dict[int, dict]] = {}
+    for row in rows:
+        groups.setdefault((row["label"], row["mode"]), {})[row["episodes"]] = row
+    print()
+    print("| code | open | sizes | exponent wall | exponent CPU | exponent peak growth |")
+    print("|---|---|---|---|---|---|")
+    for (label, mode), by_size in groups.items():
+        sizes = sorted(by_size)
+        if len(sizes) < 2:
+            continue
+        cells = [
+            growth_exponent(sizes, [by_size[n].get(key) or 0.0 for n in sizes])
+            for key in ("seconds", "cpu_seconds", "peak_growth_mb")
+        ]
+        text = " | ".join("-" if c is None else f"{c:.2f}" for c in cells)
+        print(f"| {label} | {mode} | {', '.join(f'{n:,}' for n in sizes)} | {text} |")
+
+
+def plot(rows: list[dict], target: Path) -> None:
+    """Log-log plot of load_meta wall and CPU seconds over episodes, one line per (code, mode)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[tuple[str, str], dict[int, dict]] = {}
+    for row in rows:
+        best = groups.setdefault((row["label"], row["mode"]), {})
+        if row["episodes"] not in best or row["seconds"] < best[row["episodes"]]["seconds"]:
+            best[row["episodes"]] = row
+    figure, (wall, memory) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for (label, mode), by_size in sorted(groups.items()):
+        sizes = sorted(by_size)
+        name = f"{label} {mode}"
+        line = wall.plot(sizes, [by_size[n]["seconds"] for n in sizes], marker="o", label=f"{name}: wall")[0]
+        wall.plot(
+            sizes,
+            [by_size[n]["cpu_seconds"] for n in sizes],
+            marker="x",
+            linestyle="--",
+            color=line.get_color(),
+            label=f"{name}: CPU",
+        )
+        memory.plot(sizes, [max(1.0, by_size[n]["peak_growth_mb"]) for n in sizes], marker="o", label=name)
+    for axis, title, unit in ((wall, "load_meta time", "seconds"), (memory, "peak RSS growth", "MB")):
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlabel("episodes")
+        axis.set_ylabel(unit)
+        axis.set_title(title)
+        axis.grid(True, which="both", alpha=0.3)
+    wall.axhline(10, color="grey", linestyle=":", linewidth=1)
+    wall.axhline(20, color="grey", linestyle=":", linewidth=1)
+    wall.legend(fontsize=7)
+    memory.legend(fontsize=7)
+    figure.suptitle("Opening DROID-sized datasets (benchmarks/scale_open.py; 2-core shared machine)")
+    figure.tight_layout()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(target, dpi=110)
+    print(f"wrote {target}", file=sys.stderr)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
-    parser.add_argument("--src", help="put this folder first on PYTHONPATH (e.g. a worktree's src/) for the children")
+    parser.add_argument(
+        "--src", help="put this folder first on PYTHONPATH (e.g. a worktree's src/) for the children"
+    )
     parser.add_argument("--label", default="current")
-    parser.add_argument("--modes", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["cold", "warm"],
+        choices=["cold", "parse", "warm"],
+        help="cold: first open (page cache dropped, empty table cache); parse: page cache warm, "
+        "empty table cache; warm: the table cache a cold open filled",
+    )
+    parser.add_argument(
+        "--stats-features",
+        type=int,
+        help="write the per-episode stats columns of this many features (default all 20: 200 columns)",
+    )
+    parser.add_argument("--plot", type=Path, help="write a log-log plot of the results to this PNG")
+    parser.add_argument(
+        "--plot-from", type=Path, help="plot the JSON lines of this file (from --json) instead of running"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs per (size, mode); the best time is shown")
     parser.add_argument("--rewrite", action="store_true")
     parser.add_argument("--json", type=Path, help="append every result as a JSON line to this file")
-    parser.add_argument("--files", type=int, nargs="+",
-                        help="the files dimension instead: MP4 counts (e.g. 100 1000 5000 20000), each a dataset "
-                             "of files/2 episodes with one MP4 per episode and camera")
-    parser.add_argument("--files-modes", nargs="+", default=["local-cold", "local-warm", "hub-cold"],
-                        choices=["local-cold", "local-warm", "hub-cold", "hub-warm"],
-                        help="cold: an empty index cache; warm: the cache a first open filled; hub: over the "
-                             "loopback Hub (served by this process) with --latency-ms per request")
+    parser.add_argument(
+        "--files",
+        type=int,
+        nargs="+",
+        help="the files dimension instead: MP4 counts (e.g. 100 1000 5000 20000), each a dataset "
+        "of files/2 episodes with one MP4 per episode and camera",
+    )
+    parser.add_argument(
+        "--files-modes",
+        nargs="+",
+        default=["local-cold", "local-warm", "hub-cold"],
+        choices=["local-cold", "local-warm", "hub-cold", "hub-warm"],
+        help="cold: an empty index cache; warm: the cache a first open filled; hub: over the "
+        "loopback Hub (served by this process) with --latency-ms per request",
+    )
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--nofile", type=int, help="RLIMIT_NOFILE of the measured child (e.g. 1024)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
@@ -356,37 +498,80 @@ def main() -> None:
     if args.files:
         run_files(args)
         return
+    if args.plot_from is not None:
+        rows = [json.loads(line) for line in args.plot_from.read_text().splitlines() if line.strip()]
+        print_exponents(rows)
+        if args.plot:
+            plot(rows, args.plot)
+        return
+
+    import shutil
+    import tempfile
 
     for episodes in args.episodes:
-        root = dataset_root(args.root, episodes)
+        root = dataset_root(args.root, episodes, args.stats_features)
         if args.rewrite or not (root / ".complete").exists():
             if root.exists():
-                import shutil
-
                 shutil.rmtree(root)
             started = time.perf_counter()
-            write_dataset(root, episodes)
+            write_dataset(root, episodes, stats_features=args.stats_features)
             size = sum(p.stat().st_size for p in (root / "meta" / "episodes").rglob("*.parquet"))
-            print(f"wrote {root}: {episodes} episodes, meta/episodes {size / 2**20:.0f} MiB "
-                  f"in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+            print(
+                f"wrote {root}: {episodes} episodes, meta/episodes {size / 2**20:.0f} MiB "
+                f"in {time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+            )
 
-    header = ("| code | episodes | open | load_meta s | CPU s | peak RSS growth MB | RSS after MB | PSS after MB "
-              "| bytes read MiB | requests | digest |")
+    header = (
+        "| code | episodes | open | load_meta s | CPU s | peak RSS growth MB | RSS after MB | PSS after MB "
+        "| bytes read MiB | requests | episode files read | digest |"
+    )
     print(header)
-    print("|" + "---|" * 11)
+    print("|" + "---|" * 12)
+    rows: list[dict] = []
     for episodes in args.episodes:
-        root = dataset_root(args.root, episodes)
-        for mode in args.modes:
-            runs = [run_child(root, mode, args.src) for _ in range(args.repeat)]
-            best = min(runs, key=lambda r: r["seconds"])
-            if args.json:
-                with args.json.open("a") as f:
-                    for r in runs:
-                        f.write(json.dumps({"label": args.label, "episodes": episodes, "mode": mode, **r}) + "\n")
-            print(f"| {args.label} | {episodes} | {mode} | {best['seconds']:.2f} | {best.get('cpu_seconds', -1):.2f} "
-                  f"| {best['peak_growth_mb']:.0f} "
-                  f"| {best['after_rss_mb']:.0f} | {best['after_pss_mb']:.0f} | {best['bytes_read_mb']:.1f} "
-                  f"| {best['requests']} | {best['digest']} |", flush=True)
+        root = dataset_root(args.root, episodes, args.stats_features)
+        # warm opens map the table the first cold open of this size wrote into this home
+        filled = Path(tempfile.mkdtemp(prefix="scale-open-home-"))
+        try:
+            modes = list(args.modes)
+            if "warm" in modes and ("cold" not in modes or modes.index("warm") < modes.index("cold")):
+                run_child(root, "cold", args.src, filled)
+            for mode in args.modes:
+                runs = []
+                for _ in range(args.repeat):
+                    if mode == "warm":
+                        runs.append(run_child(root, mode, args.src, filled))
+                        continue
+                    empty = Path(tempfile.mkdtemp(prefix="scale-open-home-"))
+                    try:
+                        runs.append(run_child(root, mode, args.src, empty))
+                    finally:
+                        if mode == "cold" and not any(filled.iterdir()):
+                            shutil.rmtree(filled)
+                            shutil.move(empty, filled)
+                        shutil.rmtree(empty, ignore_errors=True)
+                best = min(runs, key=lambda r: r["seconds"])
+                rows += [{"label": args.label, "episodes": episodes, "mode": mode, **r} for r in runs]
+                if args.json:
+                    with args.json.open("a") as f:
+                        for r in runs:
+                            f.write(
+                                json.dumps({"label": args.label, "episodes": episodes, "mode": mode, **r})
+                                + "\n"
+                            )
+                print(
+                    f"| {args.label} | {episodes} | {mode} | {best['seconds']:.2f} "
+                    f"| {best.get('cpu_seconds', -1):.2f} | {best['peak_growth_mb']:.0f} "
+                    f"| {best['after_rss_mb']:.0f} | {best['after_pss_mb']:.0f} | {best['bytes_read_mb']:.1f} "
+                    f"| {best['requests']} | {best.get('parquet_files_read', '-')} | {best['digest']} |",
+                    flush=True,
+                )
+        finally:
+            shutil.rmtree(filled, ignore_errors=True)
+    print_exponents(rows)
+    if args.plot:
+        plot(rows, args.plot)
 
 
 if __name__ == "__main__":

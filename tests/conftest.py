@@ -19,6 +19,19 @@ LEROBOT_AV1 = DATA / "lerobot-writer-tiny-av1"
 LEROBOT_H264 = DATA / "lerobot-writer-tiny-h264"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_lerobot_home(tmp_path_factory: pytest.TempPathFactory):
+    """Every cache the tests fill (MP4 indexes, metadata, parsed episode tables, bytes) goes to a
+    temporary ``$HF_LEROBOT_HOME``, never the user's; folders' own fixtures narrow it further."""
+    previous = os.environ.get("HF_LEROBOT_HOME")
+    os.environ["HF_LEROBOT_HOME"] = str(tmp_path_factory.mktemp("session-lerobot-home"))
+    yield
+    if previous is None:
+        os.environ.pop("HF_LEROBOT_HOME", None)
+    else:
+        os.environ["HF_LEROBOT_HOME"] = previous
+
+
 @dataclass(frozen=True)
 class WrittenDataset:
     """A dataset written by LeRobot 0.6.1, and the samples LeRobot's map-style reader returned for it."""

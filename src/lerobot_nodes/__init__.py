@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 from ._version import __version__ as __version__
 from .errors import (
     ByteBudgetError,
+    CacheFileError,
     ConfigError,
+    DemoWriteError,
     EpisodeFetchError,
     FetchCancelled,
     FrameTimestampError,
@@ -78,8 +80,10 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 __all__ = [
     "ByteBudgetError",
     "ByteSource",
+    "CacheFileError",
     "ConfigError",
     "DatasetMeta",
+    "DemoWriteError",
     "EpisodeFetchError",
     "FetchCancelled",
     "FsspecSource",

@@ -61,6 +61,11 @@ class StreamingConfig:
     free space where it lives; ``0`` turns it off. ``streaming_disk_cache_dir`` is where it lives
     (unset: ``$HF_LEROBOT_HOME/streaming-bytes``; a node-local NVMe is a good place). Local
     folders are never cached. Neither option is part of the resume identity.
+
+    ``streaming_index_concurrency``: MP4 files whose sample index is built at once when a rank
+    opens its files' indexes (each costs two round trips from a remote store, so the open is
+    latency-bound): unset, ``streaming_native_http_connections`` when that is set, else 4 for a
+    local folder (parsing is CPU work) and 32 for a remote store.
     """
 
     streaming_episode_pool_size: int | None = None
@@ -79,6 +84,7 @@ class StreamingConfig:
     streaming_http_timeout_s: float = 30.0
     streaming_disk_cache_gb: float | None = None
     streaming_disk_cache_dir: str | None = None
+    streaming_index_concurrency: int | None = None
     max_num_shards: int = 16
 
     def __post_init__(self) -> None:
@@ -118,6 +124,7 @@ class StreamingConfig:
         if folder is not None and (not isinstance(folder, str) or not folder.strip()):
             raise ConfigError(f"--dataset.streaming_disk_cache_dir must be a folder path or unset "
                               f"(default $HF_LEROBOT_HOME/streaming-bytes), got {folder!r}")
+        _check_int("streaming_index_concurrency", self.streaming_index_concurrency, minimum=1, optional=True)
         _check_int("max_num_shards", self.max_num_shards, minimum=1)
 
     # -- per-rank limits split over a rank's workers --------------------------------------

@@ -87,3 +87,11 @@ class PublishNotSupportedError(SidecarError):
 
 class LeRobotIncompatibleError(LeRobotNodesError):
     """LeRobot is missing, or its trainer no longer has what ``lerobot-nodes train`` patches."""
+
+
+class CacheFileError(LeRobotNodesError, ValueError):
+    """A local cache file that cannot be used as it is (its message says why); the cache rebuilds it."""
+
+
+class DemoWriteError(LeRobotNodesError, OSError):
+    """The built-in demo dataset could not be written (a full or read-only disk); nothing partial is left."""

@@ -38,7 +38,8 @@ def test_list_then_clear_one_dataset_then_all(tiny_dataset, lerobot_home):
     rows = {line.split("  ")[0].strip() + " " + line.split()[1]: line for line in listing.stdout.splitlines()[1:-1]}
     assert "indexes local" in rows and "2 " in rows["indexes local"].split("unpinned")[1]  # two cameras, one MP4 each
     assert "aaaaaaaaaaaa" in rows["meta owner/name"] and " 2 " in rows["meta owner/name"]
-    assert listing.stdout.splitlines()[-1].startswith("3 entries, ")
+    assert "tables local" in rows and " 1 " in rows["tables local"]  # the parsed meta/episodes of one content
+    assert listing.stdout.splitlines()[-1].startswith("4 entries, ")
 
     cleared = run_cli("cache", "clear", "--dataset.repo_id=owner/name")
     assert cleared.returncode == 0, cleared.stderr
@@ -47,7 +48,8 @@ def test_list_then_clear_one_dataset_then_all(tiny_dataset, lerobot_home):
     assert (lerobot_home / "streaming-meta" / "datasets" / "other--set").exists()
 
     cleared = run_cli("cache", "clear", "--all")
-    assert cleared.returncode == 0 and cleared.stdout.splitlines()[-1].startswith("removed 2 entries ("), cleared.stdout
+    assert cleared.returncode == 0 and cleared.stdout.splitlines()[-1].startswith("removed 3 entries ("), cleared.stdout
+    assert not any((lerobot_home / "streaming-meta" / "episode-tables").glob("*/*.table"))
     assert run_cli("cache", "list").stdout.startswith("the caches are empty: ")
 
 

@@ -23,8 +23,9 @@ def test_stream_reads_a_plain_http_root(http_root, lerobot_home):
     # Its metadata and indexes are cached (the server sends ETags), listed and cleared like the others.
     listing = run_cli("cache", "list").stdout
     assert "meta     http root 127.0.0.1--" in listing and "indexes  local folder ds" in listing, listing
-    # metadata, indexes and the disk byte cache of the ranges it read
-    assert run_cli("cache", "clear", "--all").stdout.splitlines()[-1].startswith("removed 3 entries (")
+    assert "tables   http://127.0.0.1:" in listing, listing  # its parsed meta/episodes, keyed by the ETags
+    # metadata, indexes, the parsed episodes table and the disk byte cache of the ranges it read
+    assert run_cli("cache", "clear", "--all").stdout.splitlines()[-1].startswith("removed 4 entries (")
 
 
 def test_a_missing_video_on_a_plain_http_root_is_one_line(http_root, tiny_dataset):

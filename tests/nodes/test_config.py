@@ -20,6 +20,7 @@ def test_defaults_follow_the_spec():
     assert config.streaming_native_http_connections is None
     assert config.streaming_native_http_subranges == 1
     assert config.streaming_sidecar_lock_timeout_s == 1800
+    assert config.streaming_index_concurrency is None
     assert config.max_num_shards == 16
     assert resolve_seed(None) == 42 and resolve_seed(7) == 7
 
@@ -40,6 +41,8 @@ def test_defaults_follow_the_spec():
         ("streaming_native_http_subranges", 0, "streaming_native_http_subranges must be >= 1"),
         ("streaming_sidecar_lock_timeout_s", -1, "streaming_sidecar_lock_timeout_s"),
         ("max_num_shards", 0, "max_num_shards must be >= 1"),
+        ("streaming_index_concurrency", 0, "^--dataset.streaming_index_concurrency must be >= 1, got 0$"),
+        ("streaming_index_concurrency", 2.5, "streaming_index_concurrency must be an integer or unset"),
         ("streaming_decode_threads", True, "must be an integer"),
     ],
 )

@@ -2,7 +2,8 @@
 
 Three folders under ``$HF_LEROBOT_HOME``: ``streaming-indexes`` (one entry per dataset revision,
 ``g<generation>/<entry>/records/*.idx``, guarded by ``build.lock``), ``streaming-meta``
-(``datasets/<owner--name>/<commit>/``, ``buckets/<owner--name>/`` and ``http/<host--path>/``)
+(``datasets/<owner--name>/<commit>/``, ``buckets/<owner--name>/`` and ``http/<host--path>/``, and
+``episode-tables/<source>/``, the parsed ``meta/episodes`` tables: kind ``tables``)
 and ``streaming-bytes``, the disk byte cache (``blocks-1MiB/<owner--name or store>/<file>/``, one
 entry per store; lerobot_nodes.sources.range_cache).
 Entries are immutable and a replaced file gets a new record, so clearing is never needed for
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from ..format.table_cache import TABLE_SUFFIX, default_table_cache_root, table_origin
 from ..sidecar.cache import default_cache_root
 from ..sidecar.locking import BuildLock
 from ..sources.file_cache import default_file_cache_root, slug
@@ -33,7 +35,7 @@ LOCK_NAME = "build.lock"
 class CacheItem:
     """One cache entry: what it holds and where."""
 
-    kind: str  # "indexes", "meta" or "bytes"
+    kind: str  # "indexes", "meta", "tables" or "bytes"
     dataset: str
     revision: str
     records: int
@@ -106,8 +108,34 @@ def byte_items(root: Path | None = None) -> Iterator[CacheItem]:
             yield CacheItem("bytes", entry.name.replace("--", "/", 1), label, files, _size(entry), entry)
 
 
+def table_items(root: Path | None = None) -> Iterator[CacheItem]:
+    """The entries of ``$HF_LEROBOT_HOME/streaming-meta/episode-tables``: one per source (its parsed
+    ``meta/episodes`` tables, one file per content; lerobot_nodes.format.table_cache)."""
+    root = root or default_table_cache_root()
+    for entry in sorted(root.glob("*")):
+        if not entry.is_dir():
+            continue
+        tables = sorted(entry.glob(f"*{TABLE_SUFFIX}"))
+        origin = ""
+        with contextlib.suppress(OSError, ValueError):
+            origin = table_origin(tables[-1]) if tables else ""
+        dataset, revision = _origin_name(origin, entry.name)
+        yield CacheItem("tables", dataset, revision, len(tables), _size(entry), entry)
+
+
+def _origin_name(origin: str, folder: str) -> tuple[str, str]:
+    """(dataset, revision) of a table entry from the source URL it records."""
+    for prefix in ("hf://datasets/", "hf://buckets/"):
+        if origin.startswith(prefix):
+            name, _, revision = origin[len(prefix) :].partition("@")
+            return "/".join(name.split("/")[:2]), revision or ("bucket" if "buckets" in prefix else "unpinned")
+    if origin and "://" not in origin:
+        return f"local folder {Path(origin).name}", "unpinned"
+    return origin or f"tables {folder}", "unpinned"
+
+
 def cache_items() -> list[CacheItem]:
-    return [*index_items(), *meta_items(), *byte_items()]
+    return [*index_items(), *meta_items(), *table_items(), *byte_items()]
 
 
 def byte_cache_line(root: Path | None = None) -> str | None:

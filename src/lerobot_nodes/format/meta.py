@@ -11,11 +11,12 @@ file (and episode) it concerns.
 
 from __future__ import annotations
 
+import collections
 import functools
 import io
 import json
+import logging
 import operator
-import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,6 +34,7 @@ from ..heap import glibc_malloc_trim
 from ..sources import ByteSource, FileInfo, LocalSource
 from ..sources.listed import ListedHttpSource
 from .parquet_columns import read_columns
+from .table_cache import TableCache, table_key
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -47,13 +49,22 @@ _EPISODE_FILE_PATTERN = re.compile(r"^meta/episodes/chunk-\d+/file-\d+\.parquet$
 _SPAN_SLACK_S = 1e-4
 # The meta/episodes columns every dataset must have (videos/<key>/... too, per video key).
 EPISODE_INT_COLUMNS = (
-    "episode_index", "length", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index",
+    "episode_index",
+    "length",
+    "dataset_from_index",
+    "dataset_to_index",
+    "data/chunk_index",
+    "data/file_index",
 )
 # Read when present; an episode of a file without it has no tasks.
 EPISODE_OPTIONAL_COLUMNS = ("tasks",)
-# Episode files read at once: local reads are CPU-bound (decode), remote ones wait on round trips.
+# Episode files read at once: local reads are mostly CPU (footer parse and decode, which release the
+# GIL) but wait on the disk when the page cache is cold, so a few more than 2 cores keep both busy;
+# remote ones wait on round trips.
 _LOCAL_READERS = 4
 _REMOTE_READERS = 8
+
+log = logging.getLogger("lerobot_nodes.format")
 
 
 @dataclass(frozen=True)
@@ -264,7 +275,9 @@ class DatasetMeta:
         return "\n".join(lines)
 
 
-def _distinct_pairs(chunks: np.ndarray, files: np.ndarray, chosen: np.ndarray | None = None) -> list[tuple[int, int]]:
+def _distinct_pairs(
+    chunks: np.ndarray, files: np.ndarray, chosen: np.ndarray | None = None
+) -> list[tuple[int, int]]:
     """The distinct ``(chunk, file)`` pairs of the ``chosen`` positions (all when ``None``), in
     order of first appearance. Episodes of one file are neighbours, so only run starts are visited."""
     if chosen is not None:
@@ -279,20 +292,30 @@ def _distinct_pairs(chunks: np.ndarray, files: np.ndarray, chosen: np.ndarray | 
 def _is_depth(feature: dict[str, Any]) -> bool:
     info = feature.get("info") or {}
     legacy = feature.get("video_info") or {}
-    return bool(info.get("is_depth_map") or info.get("video.is_depth_map") or legacy.get("video.is_depth_map"))
+    return bool(
+        info.get("is_depth_map") or info.get("video.is_depth_map") or legacy.get("video.is_depth_map")
+    )
 
 
 # -- loading -------------------------------------------------------------------------
 
 
-def load_meta(source: ByteSource, repo_id: str | None = None, check_files: bool = True) -> DatasetMeta:
+def load_meta(
+    source: ByteSource,
+    repo_id: str | None = None,
+    check_files: bool = True,
+    table_cache: TableCache | bool = True,
+) -> DatasetMeta:
     """Read and cross-check the v3 metadata of the dataset behind ``source``.
 
     With ``check_files`` every data and video file the episodes point to must appear in the
-    source's listing (one listing call, no payload read).
+    source's listing (one listing call, no payload read). ``table_cache``: where the parsed
+    ``meta/episodes`` table is kept per revision (``True``: ``$HF_LEROBOT_HOME/streaming-meta/
+    episode-tables``; ``False``: parse the Parquet at every open); see :func:`load_episodes`.
     """
     info = load_info(source)
-    episodes = load_episodes(source, info)
+    cache = TableCache() if table_cache is True else None if table_cache is False else table_cache
+    episodes = load_episodes(source, info, cache=cache)
     tasks = load_tasks(source, info)
     stats = load_stats(source)
     meta = DatasetMeta(source=source, info=info, episodes=episodes, tasks=tasks, stats=stats, repo_id=repo_id)
@@ -398,7 +421,9 @@ def episode_columns(info: dict[str, Any]) -> list[str]:
     video_keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
     names = [*EPISODE_INT_COLUMNS, *EPISODE_OPTIONAL_COLUMNS]
     for key in video_keys:
-        names += [f"videos/{key}/{n}" for n in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
+        names += [
+            f"videos/{key}/{n}" for n in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+        ]
     return names
 
 
@@ -421,7 +446,7 @@ def _whole_meta_files(source: ByteSource) -> bool:
 
 def _map_files(source: ByteSource, files: Sequence[FileInfo], read: Callable[[FileInfo], Any]) -> list[Any]:
     """``read`` of every file, in file order, a few at a time (the first error in file order raises)."""
-    limit = min(os.cpu_count() or 1, _LOCAL_READERS) if isinstance(source, LocalSource) else _REMOTE_READERS
+    limit = _LOCAL_READERS if isinstance(source, LocalSource) else _REMOTE_READERS
     workers = max(1, min(limit, len(files)))
     if workers == 1:
         return [read(f) for f in files]
@@ -480,7 +505,8 @@ def _merge_tasks(parts: Sequence[_EpisodeFileColumns]) -> EpisodeTasks:
     ids = []
     for part in parts:
         remap = np.fromiter(
-            (vocabulary.setdefault(name, len(vocabulary)) for name in part.task_names), dtype=np.int32,
+            (vocabulary.setdefault(name, len(vocabulary)) for name in part.task_names),
+            dtype=np.int32,
             count=len(part.task_names),
         )
         ids.append(remap[part.task_ids])
@@ -490,17 +516,117 @@ def _merge_tasks(parts: Sequence[_EpisodeFileColumns]) -> EpisodeTasks:
     return EpisodeTasks(offsets, np.concatenate(ids).astype(np.int32, copy=False), list(vocabulary))
 
 
-def load_episodes(source: ByteSource, info: dict[str, Any]) -> EpisodeTable:
-    """Every ``meta/episodes`` file, concatenated in path order; only :func:`episode_columns` read."""
+EPISODE_TABLE_KIND = "meta/episodes"
+"""The kind of the cached episodes table in its :func:`~.table_cache.table_key`."""
+
+
+def load_episodes(source: ByteSource, info: dict[str, Any], cache: TableCache | None = None) -> EpisodeTable:
+    """Every ``meta/episodes`` file, concatenated in path order; only :func:`episode_columns` read.
+
+    With ``cache``, the parsed table is kept per revision: its key is the source (URL, pinned
+    revision) and the path, size and content identity of ``meta/info.json`` and of every
+    ``meta/episodes`` file (:func:`~.table_cache.table_key`), so an open of the same content maps
+    the cached arrays (read-only, shared by the node's processes) and reads no Parquet; changed
+    content is parsed (and cached) again. The checks of the rows ran when the table was parsed.
+    """
     files = _episode_files(source)
     video_keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    if cache is None:
+        return _parse_episodes(source, video_keys, files)
+    key = table_key(source, EPISODE_TABLE_KIND, [*files, source.info(INFO_PATH)])
+    what = f"meta/episodes table of {source.url}"
+    cached = cache.get_or_build(
+        source, key, lambda: _table_arrays(_parse_episodes(source, video_keys, files)), what=what
+    )
+    table = _table_from_arrays(cached.arrays, cached.extra, video_keys)
+    if table is None:  # not the arrays this code stores: a bug or a foreign file, never the user's problem
+        log.warning("the cached %s lacks columns of this version: parsing it again", what)
+        return _parse_episodes(source, video_keys, files)
+    return table
+
+
+def _episode_array_names(video_keys: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The integer and float ``meta/episodes`` columns read for a dataset with ``video_keys``."""
     int_names = list(EPISODE_INT_COLUMNS)
     for key in video_keys:
         int_names += [f"videos/{key}/chunk_index", f"videos/{key}/file_index"]
-    float_names = [name for key in video_keys for name in (f"videos/{key}/from_timestamp", f"videos/{key}/to_timestamp")]
+    float_names = [
+        name for key in video_keys for name in (f"videos/{key}/from_timestamp", f"videos/{key}/to_timestamp")
+    ]
+    return int_names, float_names
+
+
+_TASK_OFFSETS, _TASK_IDS = "tasks/offsets", "tasks/ids"
+
+
+def _table_arrays(table: EpisodeTable) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """``table`` as named arrays (the ``meta/episodes`` column names) and JSON (the task vocabulary)."""
+    arrays = {
+        "episode_index": table.episode_index,
+        "length": table.length,
+        "dataset_from_index": table.dataset_from_index,
+        "dataset_to_index": table.dataset_to_index,
+        "data/chunk_index": table.data_chunk_index,
+        "data/file_index": table.data_file_index,
+    }
+    for key, spans in table.videos.items():
+        arrays.update(
+            {
+                f"videos/{key}/chunk_index": spans.chunk_index,
+                f"videos/{key}/file_index": spans.file_index,
+                f"videos/{key}/from_timestamp": spans.from_timestamp,
+                f"videos/{key}/to_timestamp": spans.to_timestamp,
+            }
+        )
+    arrays[_TASK_OFFSETS] = table.tasks.offsets
+    arrays[_TASK_IDS] = table.tasks.ids
+    return arrays, {"task_names": list(table.tasks.names)}
+
+
+def _table_from_arrays(
+    arrays: dict[str, np.ndarray], extra: dict[str, Any], video_keys: Sequence[str]
+) -> EpisodeTable | None:
+    """The table :func:`_table_arrays` stored, or ``None`` when an array is missing or misshapen."""
+    int_names, float_names = _episode_array_names(video_keys)
+    names = [*int_names, *float_names]
+    if any(name not in arrays for name in (*names, _TASK_OFFSETS, _TASK_IDS)) or "task_names" not in extra:
+        return None
+    count = len(arrays["episode_index"])
+    offsets, ids = arrays[_TASK_OFFSETS], arrays[_TASK_IDS]
+    if any(arrays[name].shape != (count,) for name in names) or offsets.shape != (count + 1,):
+        return None
+    if len(offsets) and (
+        int(offsets[-1]) != len(ids) or (len(ids) and int(ids.max()) >= len(extra["task_names"]))
+    ):
+        return None
+    return EpisodeTable(
+        episode_index=arrays["episode_index"],
+        length=arrays["length"],
+        dataset_from_index=arrays["dataset_from_index"],
+        dataset_to_index=arrays["dataset_to_index"],
+        data_chunk_index=arrays["data/chunk_index"],
+        data_file_index=arrays["data/file_index"],
+        tasks=EpisodeTasks(offsets, ids, extra["task_names"]),
+        videos={
+            key: VideoSpans(
+                chunk_index=arrays[f"videos/{key}/chunk_index"],
+                file_index=arrays[f"videos/{key}/file_index"],
+                from_timestamp=arrays[f"videos/{key}/from_timestamp"],
+                to_timestamp=arrays[f"videos/{key}/to_timestamp"],
+            )
+            for key in video_keys
+        },
+    )
+
+
+def _parse_episodes(source: ByteSource, video_keys: Sequence[str], files: Sequence[FileInfo]) -> EpisodeTable:
+    """The episodes table read from the Parquet ``files`` and checked."""
+    int_names, float_names = _episode_array_names(video_keys)
     whole = _whole_meta_files(source)
     parts = _map_files(source, files, lambda f: _read_episode_file(source, f, int_names, float_names, whole))
-    merged = {name: np.concatenate([part.columns[name] for part in parts]) for name in [*int_names, *float_names]}
+    merged = {
+        name: np.concatenate([part.columns[name] for part in parts]) for name in [*int_names, *float_names]
+    }
     tasks = _merge_tasks(parts)
     del parts
     episode_index = merged["episode_index"]
@@ -511,15 +637,6 @@ def load_episodes(source: ByteSource, info: dict[str, Any]) -> EpisodeTable:
             f"meta/episodes rows must be ordered by episode_index 0..N-1: row {bad} holds episode "
             f"{int(episode_index[bad])} (files {', '.join(f.path for f in files)})"
         )
-    videos = {
-        key: VideoSpans(
-            chunk_index=merged[f"videos/{key}/chunk_index"],
-            file_index=merged[f"videos/{key}/file_index"],
-            from_timestamp=merged[f"videos/{key}/from_timestamp"],
-            to_timestamp=merged[f"videos/{key}/to_timestamp"],
-        )
-        for key in video_keys
-    }
     table = EpisodeTable(
         episode_index=episode_index,
         length=merged["length"],
@@ -528,7 +645,15 @@ def load_episodes(source: ByteSource, info: dict[str, Any]) -> EpisodeTable:
         data_chunk_index=merged["data/chunk_index"],
         data_file_index=merged["data/file_index"],
         tasks=tasks,
-        videos=videos,
+        videos={
+            key: VideoSpans(
+                chunk_index=merged[f"videos/{key}/chunk_index"],
+                file_index=merged[f"videos/{key}/file_index"],
+                from_timestamp=merged[f"videos/{key}/from_timestamp"],
+                to_timestamp=merged[f"videos/{key}/to_timestamp"],
+            )
+            for key in video_keys
+        },
     )
     _check_episode_rows(table)
     return table
@@ -540,7 +665,9 @@ def load_episode_columns(source: ByteSource, columns: Sequence[str]) -> pa.Table
     null in their rows; a column no file has is an error naming it."""
     files = _episode_files(source)
     whole = _whole_meta_files(source)
-    reads = _map_files(source, files, lambda f: read_columns(source, f.path, columns, size=f.size, whole_file=whole))
+    reads = _map_files(
+        source, files, lambda f: read_columns(source, f.path, columns, size=f.size, whole_file=whole)
+    )
     missing = [name for name in columns if not any(name in r.schema.names for r in reads)]
     if missing:
         raise MetadataError(f"meta/episodes in {source.url} has no column {', '.join(map(repr, missing))}")
@@ -602,7 +729,9 @@ def load_tasks(source: ByteSource, info: dict[str, Any]) -> list[str]:
     names = table.column_names
     task_column = "task" if "task" in names else "__index_level_0__" if "__index_level_0__" in names else None
     if task_column is None or "task_index" not in names:
-        raise MetadataError(f"{TASKS_PATH}: expected columns 'task' (or the pandas index) and 'task_index', got {names}")
+        raise MetadataError(
+            f"{TASKS_PATH}: expected columns 'task' (or the pandas index) and 'task_index', got {names}"
+        )
     task_index = _int_column(table, "task_index", TASKS_PATH)
     if not np.array_equal(task_index, np.arange(len(task_index))):
         raise MetadataError(f"{TASKS_PATH}: row i must hold task_index i, got {task_index.tolist()[:10]}...")
@@ -636,10 +765,16 @@ def _check_totals(meta: DatasetMeta) -> None:
     if meta.tasks and meta.total_tasks != len(meta.tasks):
         problems.append(f"total_tasks is {meta.total_tasks} but {TASKS_PATH} has {len(meta.tasks)} rows")
     if problems:
-        raise MetadataError(f"{INFO_PATH} disagrees with the tables in {meta.source.url}: " + "; ".join(problems))
+        raise MetadataError(
+            f"{INFO_PATH} disagrees with the tables in {meta.source.url}: " + "; ".join(problems)
+        )
     for key, video in episodes.videos.items():
-        same_file = (video.chunk_index[1:] == video.chunk_index[:-1]) & (video.file_index[1:] == video.file_index[:-1])
-        overlap = np.flatnonzero(same_file & (video.from_timestamp[1:] < video.to_timestamp[:-1] - _SPAN_SLACK_S))
+        same_file = (video.chunk_index[1:] == video.chunk_index[:-1]) & (
+            video.file_index[1:] == video.file_index[:-1]
+        )
+        overlap = np.flatnonzero(
+            same_file & (video.from_timestamp[1:] < video.to_timestamp[:-1] - _SPAN_SLACK_S)
+        )
         if len(overlap):
             e = int(overlap[0]) + 1
             raise MetadataError(
@@ -665,7 +800,9 @@ def _check_files_exist(meta: DatasetMeta) -> None:
         starts = np.flatnonzero((chunks[1:] != chunks[:-1]) | (files[1:] != files[:-1])) + 1
         starts = np.concatenate([[0], starts])
         seen: set[tuple[int, int]] = set()
-        for episode, chunk, file in zip(starts.tolist(), chunks[starts].tolist(), files[starts].tolist(), strict=True):
+        for episode, chunk, file in zip(
+            starts.tolist(), chunks[starts].tolist(), files[starts].tolist(), strict=True
+        ):
             if (chunk, file) in seen:
                 continue
             seen.add((chunk, file))
@@ -693,14 +830,17 @@ def select_episodes(meta: DatasetMeta, episodes: Sequence[int] | None) -> list[i
         return list(range(total))
     chosen = [int(e) for e in episodes]
     if len(set(chosen)) != len(chosen):
-        raise ConfigError(f"episodes contains duplicates: {sorted(e for e in set(chosen) if chosen.count(e) > 1)}")
+        repeated = sorted(e for e, count in collections.Counter(chosen).items() if count > 1)
+        raise ConfigError(f"episodes contains duplicates: {repeated}")
+    kept = [e for e in chosen if 0 <= e < total]
+    if not kept:  # one line: the error names them, a warning before it would say it twice
+        raise ConfigError(
+            f"no episode selected: {list(episodes)} has no episode of {meta.source.url} ({total} episodes)"
+        )
     dropped = [e for e in chosen if not 0 <= e < total]
     if dropped:
         warnings.warn(
             f"episodes {dropped} are not in {meta.source.url} ({total} episodes); they are ignored",
             stacklevel=2,
         )
-    kept = [e for e in chosen if 0 <= e < total]
-    if not kept:
-        raise ConfigError(f"no episode selected: {list(episodes)} has no episode of {meta.source.url} ({total} episodes)")
     return kept

@@ -40,11 +40,20 @@ class LocalSource(ByteSource):
             return []
         if base.is_file():
             return [self.info(prefix)]
+        # One stat per file, no path resolution per file: the walk starts inside the root and does
+        # not follow links to folders (a dataset's meta/, data/ and videos/ hold ~55,000 files at 1M
+        # episodes). A file removed during the walk is left out.
         found = []
         for directory, _, names in os.walk(base):
+            relative = Path(os.path.relpath(directory, self.root)).as_posix()
+            folder = "" if relative == "." else relative
             for name in names:
-                rel = os.path.relpath(os.path.join(directory, name), self.root)
-                found.append(self.info(Path(rel).as_posix()))
+                try:
+                    st = os.stat(os.path.join(directory, name))
+                except FileNotFoundError:
+                    continue
+                found.append(FileInfo(path=f"{folder}/{name}" if folder else name, size=st.st_size,
+                                      fingerprint=f"{st.st_size}-{st.st_mtime_ns}-{st.st_ino}"))
         return sorted(found, key=lambda f: f.path)
 
     def info(self, path: str) -> FileInfo:
