@@ -23,8 +23,9 @@ from .dataset import StreamingLeRobotDataset
 from .errors import ConfigError
 from .workers.lifeline import GuardedWorkerInit
 from .workers.logs import WorkerLogRelay
+from .workers.main_guard import fail_missing_guard, missing_guard_message, unguarded_main_line
 from .workers.server import CONTEXT as WORKER_CONTEXT
-from .workers.server import WorkerContext
+from .workers.server import SERVER, WorkerContext, retire_unused_server
 
 logger = logging.getLogger("lerobot_nodes.dataset")
 
@@ -62,12 +63,15 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     else:
         options.update(batch_size=batch_size, drop_last=False)
     relay: WorkerLogRelay | None = None
-    if num_workers > 0:
+    if num_workers == 0:
+        retire_unused_server()  # the one the dataset started in case it got workers
+    else:
         context = kwargs.pop("multiprocessing_context", None) or worker_context()
         if isinstance(context, str):
             context = multiprocessing.get_context(context)
         if isinstance(context, WorkerContext):
             context.start_server()  # before the log relay's thread, which would rule out a fork
+        check_main_guard(context)
         relay = WorkerLogRelay(context)
         prefetch_factor = kwargs.pop("prefetch_factor", 4)
         dataset.batches_in_flight = (prefetch_factor or 2) + 2
@@ -157,14 +161,30 @@ def _terminate_stragglers(iterator: Any, within_s: float) -> None:
             os.kill(pid, signal.SIGTERM)
 
 
+def check_main_guard(context: multiprocessing.context.BaseContext) -> None:
+    """End the script with one line (``lerobot_nodes.workers.main_guard``) if the workers ``context``
+    starts would run the main script again and the caller runs at its top level without
+    ``if __name__ == "__main__":``. Workers forked from a copy of this process (``fork``, or the
+    workers' server while it is a fork) do not run it again: an unguarded script works with them."""
+    if context.get_start_method() == "fork":
+        return
+    if isinstance(context, WorkerContext) and SERVER.workers_share_main():
+        return
+    where = unguarded_main_line()
+    if where is not None:
+        fail_missing_guard(missing_guard_message(*where, context.get_start_method()))
+
+
 def start_worker_context() -> multiprocessing.context.BaseContext:
     """Start the process DataLoader workers are forked from now, rather than at the first ``iter()``.
 
-    Called before the dataset and the policy are built, while this process runs no other
-    thread, it forks this process into the workers' server (``lerobot_nodes.workers.server``):
-    workers then arrive with torch, PyAV and this package imported, instead of waiting for a
-    new interpreter to import them (about 2 s here). ``lerobot-nodes train`` and ``stream``
-    and the ``lerobot-train`` drop-in call it when ``--num_workers`` > 0. Idempotent; returns
+    Called while this process runs no other thread, it forks this process into the workers'
+    server (``lerobot_nodes.workers.server``): workers then arrive with torch, PyAV and this
+    package imported, instead of waiting for a new interpreter to import them (about 2 s here).
+    The first ``StreamingLeRobotDataset`` built does the same (and stops the server again if the
+    dataset is read without workers); call this earlier when something before the dataset starts
+    threads (a logger's, a Hub client's). ``lerobot-nodes train`` and ``stream`` and the
+    ``lerobot-train`` drop-in call it when ``--num_workers`` > 0. Idempotent; returns
     :func:`worker_context`. With ``spawn`` (no forkserver) it does nothing.
     """
     context = worker_context()

@@ -281,6 +281,52 @@ def test_killed_training_script_leaves_nothing_behind(small_dataset, tmp_path, h
     assert not left, f"{GONE_WITHIN_S} s after SIGKILL: {left}"
 
 
+def started(command: list[str], record: Path, tmp_path: Path) -> subprocess.Popen:
+    """``command`` started in its own session, once it has written three lines to ``record``."""
+    with open(tmp_path / "stderr.txt", "w") as err:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    try:
+        wait_until_streaming(process, record)
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    return process
+
+
+def test_a_server_the_dataset_started_ends_with_a_killed_training_process(small_dataset, tmp_path):
+    # Built before any DataLoader (no start_worker_context call), the dataset forked the workers'
+    # server; the trainer dies while still building its policy, before any worker exists.
+    record = tmp_path / "record.txt"
+    process = started([sys.executable, str(SCRIPTS / "library_loop.py"), str(small_dataset), str(record), "idle"],
+                      record, tmp_path)  # fmt: skip
+    tree = process_tree(process.pid)
+    servers = [p for p in tree.values() if p.parent == process.pid and p.role == "python"]
+    assert len(servers) == 1 and str(SCRIPTS / "library_loop.py") in servers[0].command, tree
+    run = Run(process, tree, set(), tmp_path / "stderr.txt")
+    left = run.signal_and_wait(signal.SIGKILL)
+    assert not left, f"{GONE_WITHIN_S} s after SIGKILL: {left}"
+
+
+@pytest.mark.parametrize("how", ["no_workers", "fork_dataloader"])
+def test_a_run_that_needs_no_server_keeps_none(small_dataset, tmp_path, how):
+    # The server the dataset forked is stopped once the dataset is read without workers, or by
+    # workers forked from the training process itself.
+    record = tmp_path / "record.txt"
+    process = started(
+        [sys.executable, str(SCRIPTS / "library_loop.py"), str(small_dataset), str(record), how], record, tmp_path
+    )
+    try:
+        tree = process_tree(process.pid)
+        children = sorted(p.role for p in tree.values() if p.parent == process.pid)
+        workers = 2 if how == "fork_dataloader" else 0
+        assert children == ["python"] * workers + ["resource tracker"], tree
+        assert all(p.parent == process.pid for p in tree.values() if p.pid != process.pid), tree
+    finally:
+        left = Run(process, process_tree(process.pid), set(), tmp_path / "stderr.txt").signal_and_wait(signal.SIGKILL)
+    assert not left, f"{GONE_WITHIN_S} s after SIGKILL: {left}"
+
+
 def record_worker(directory: Path, worker_id: int) -> None:
     """A user's ``worker_init_fn``: notes which worker ran it and whether it was guarded first."""
     from lerobot_nodes.workers import lifeline

@@ -16,19 +16,20 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parent / "scripts" / "worker_server_run.py"
+MODES = ("plain", "thread", "codec", "dataset", "thread-after-dataset")
 
 
 @pytest.fixture(scope="module")
 def runs(small_dataset, tmp_path_factory):
     results = {}
-    for mode in ("plain", "thread", "codec"):
+    for mode in MODES:
         out = tmp_path_factory.mktemp(mode)
         done = subprocess.run(
             [sys.executable, str(SCRIPT), str(small_dataset), str(out), mode],
             capture_output=True, text=True, timeout=300, env={**os.environ, "HF_LEROBOT_HOME": str(out / "home")},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
-        results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+        results[mode] = {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
     return results
 
 
@@ -49,14 +50,38 @@ def test_a_copy_holding_an_open_codec_becomes_a_new_interpreter(runs):
     assert "multiprocessing.forkserver" in codec["command"]
 
 
+@pytest.mark.parametrize("mode", ["dataset", "thread-after-dataset"])
+def test_building_the_dataset_forks_the_server_before_later_threads(runs, mode):
+    # No start_worker_context() call: the dataset forked the server before anything started a
+    # thread, so workers need no new interpreter even when a thread runs by the DataLoader's start.
+    run = runs[mode]
+    assert run["forked"] and "multiprocessing.forkserver" not in run["command"]
+    assert str(SCRIPT) in run["command"]
+
+
+def test_the_training_process_knows_whether_workers_run_the_main_script_again(runs):
+    # Only a copy that kept this process's modules spares its workers a second run of the script
+    # (what the main-guard check relies on, lerobot_nodes.workers.main_guard).
+    assert {mode: runs[mode]["shares_main"] for mode in MODES} == {
+        "plain": True, "thread": False, "codec": False, "dataset": True, "thread-after-dataset": True,
+    }  # fmt: skip
+
+
 def test_the_batches_do_not_depend_on_how_the_server_started(runs):
-    assert runs["plain"]["digest"] == runs["thread"]["digest"] == runs["codec"]["digest"]
+    assert len({runs[mode]["digest"] for mode in MODES}) == 1
 
 
-@pytest.mark.parametrize("mode", ["plain", "thread", "codec"])
+@pytest.mark.parametrize("mode", MODES)
 def test_workers_do_not_inherit_the_trainers_signal_or_logging_handlers(runs, mode):
     workers = runs[mode]["workers"]
     assert len(workers) == 2
-    assert all(w == {"sigterm_default": True, "sigint_default": True, "root_handlers": 0} for w in workers), (
-        workers
-    )
+    handlers = [{key: w[key] for key in ("sigterm_default", "sigint_default", "root_handlers")} for w in workers]
+    assert handlers == [{"sigterm_default": True, "sigint_default": True, "root_handlers": 0}] * 2, workers
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_workers_dump_their_stacks_on_sigusr2_however_the_server_started(runs, mode):
+    # The trainer registered the dump (dump_stacks_on); a worker from a new interpreter registers
+    # it again at its start, or SIGUSR2's default action would have ended it.
+    assert [w["survived_sigusr2"] for w in runs[mode]["workers"]] == [True, True]
+    assert runs[mode]["stderr"].count("Current thread") + runs[mode]["stderr"].count("Thread 0x") >= 2

@@ -26,7 +26,9 @@ its own) and exits. Everything happens within about a second of the training pro
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import faulthandler
 import multiprocessing
 import os
 import signal
@@ -45,6 +47,8 @@ PR_SET_PDEATHSIG = 1
 _guarded_pid: int | None = None
 """The process whose guard is running (module state survives fork, so the pid tells)."""
 _claim_lock = threading.Lock()
+_stack_dump_signals: set[int] = set()
+"""Signals :func:`dump_stacks_on` registered in this process, registered again in its workers."""
 
 
 def set_parent_death_signal(signum: int) -> bool:
@@ -178,16 +182,38 @@ def guard_server() -> bool:
     return True
 
 
+def dump_stacks_on(signum: int) -> bool:
+    """On ``signum``, print the Python stack of every thread to stderr (``faulthandler``), in this
+    process and in every DataLoader worker a :class:`GuardedWorkerInit` made after this call starts.
+
+    A worker forked from a copy of this process would inherit the handler, but one from a new
+    interpreter (a stdlib forkserver, spawn) would not, and the signal's default action would end it:
+    so the worker registers it itself. False where it cannot be registered (no such signal, or
+    stderr has no file descriptor, as inside a test's capture).
+    """
+    try:
+        faulthandler.register(signum, all_threads=True)
+    except (AttributeError, ValueError, OSError, RuntimeError):  # io.UnsupportedOperation is both of the last two
+        return False
+    _stack_dump_signals.add(signum)
+    return True
+
+
 class GuardedWorkerInit:
-    """A DataLoader ``worker_init_fn``: :func:`guard_worker`, then the user's own function.
+    """A DataLoader ``worker_init_fn``: :func:`guard_worker`, the training process's
+    :func:`dump_stacks_on` signals, then the user's own function.
 
     Picklable whenever the wrapped function is, as spawn and forkserver require.
     """
 
     def __init__(self, worker_init_fn: Callable[[int], None] | None = None) -> None:
         self.worker_init_fn = worker_init_fn
+        self.stack_dump_signals = tuple(sorted(_stack_dump_signals))
 
     def __call__(self, worker_id: int) -> None:
         guard_worker()
+        for signum in getattr(self, "stack_dump_signals", ()):
+            with contextlib.suppress(AttributeError, ValueError, OSError, RuntimeError):
+                faulthandler.register(signum, all_threads=True)
         if self.worker_init_fn is not None:
             self.worker_init_fn(worker_id)

@@ -4,10 +4,14 @@ Usage: python worker_server_run.py DATASET_ROOT OUT_DIR MODE, MODE one of:
 
 - ``plain``: nothing else runs; the workers' server is a fork of this process;
 - ``thread``: another thread runs when the server starts, so it is a new interpreter;
-- ``codec``: an FFmpeg decoder is open in this process, so the fork replaces itself with one.
+- ``codec``: an FFmpeg decoder is open in this process, so the fork replaces itself with one;
+- ``dataset``: no ``start_worker_context()`` call: building the dataset forks the server;
+- ``thread-after-dataset``: the same, and a thread starts after the dataset is built and before
+  the DataLoader (as s3fs's event loop does for an ``s3://`` root): the server is still a fork.
 
-Also installs a SIGTERM handler and a root logging handler first, as a trainer would. Prints
-one JSON line: how the server started, its command line, what each worker saw of this
+Also installs a SIGTERM handler, a root logging handler and a SIGUSR2 stack dump
+(``dump_stacks_on``) first, as a trainer would; each worker sends itself SIGUSR2 at its start.
+Prints one JSON line: how the server started, its command line, what each worker saw of this
 process's handlers, and a digest of the batches.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -26,6 +31,7 @@ import numpy as np
 
 from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
 from lerobot_nodes.loader import shutdown_dataloader, start_worker_context
+from lerobot_nodes.workers.lifeline import dump_stacks_on
 from lerobot_nodes.workers.server import SERVER
 
 
@@ -41,6 +47,8 @@ class RecordWorker:
             "sigint_default": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
             "root_handlers": len(logging.root.handlers),
         }
+        os.kill(os.getpid(), signal.SIGUSR2)  # its default action would end the worker
+        seen["survived_sigusr2"] = True
         (self.out / f"worker-{worker_id}.json").write_text(json.dumps(seen))
 
 
@@ -48,6 +56,7 @@ def main() -> None:
     root, out, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     signal.signal(signal.SIGTERM, lambda *_: None)
     logging.basicConfig(level=logging.INFO)
+    dump_stacks_on(signal.SIGUSR2)
     stop = threading.Event()
     if mode == "thread":
         threading.Thread(target=stop.wait, name="trainer-side-thread", daemon=True).start()
@@ -56,8 +65,11 @@ def main() -> None:
         video = next(Path(root, "videos").rglob("*.mp4"))
         decoder = av.open(str(video))
         next(decoder.decode(video=0))  # the codec context is open and has decoded
-    start_worker_context()
+    if mode not in ("dataset", "thread-after-dataset"):
+        start_worker_context()
     dataset = StreamingLeRobotDataset(root=root, return_uint8=True, seed=5)
+    if mode == "thread-after-dataset":
+        threading.Thread(target=stop.wait, name="like-s3fs-event-loop", daemon=True).start()
     loader = streaming_dataloader(dataset, batch_size=4, num_workers=2, worker_init_fn=RecordWorker(out))
     digest = hashlib.sha256()
     try:
@@ -74,7 +86,10 @@ def main() -> None:
     workers = [json.loads(p.read_text()) for p in sorted(out.glob("worker-*.json"))]
     print(
         json.dumps(
-            {"forked": SERVER.forked, "command": command, "workers": workers, "digest": digest.hexdigest()}
+            {
+                "forked": SERVER.forked, "shares_main": SERVER.workers_share_main(), "command": command,
+                "workers": workers, "digest": digest.hexdigest(),
+            }  # fmt: skip
         )
     )
     if decoder is not None:
