@@ -67,6 +67,17 @@ def test_subset_is_marked_and_cannot_be_pushed(
     assert not (tmp_path / "x.npz").exists()
 
 
+def test_the_other_commands_spelling_of_root_and_episodes_builds_the_same_subset(
+    av1_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain, spelled = tmp_path / "plain.npz", tmp_path / "spelled.npz"
+    assert main([f"--data-root={av1_dataset}", f"--output={plain}", "--episodes=0,1", "--quiet"]) == 0
+    assert main([f"--dataset.root={av1_dataset}", f"--output={spelled}", "--dataset.episodes=[0, 1]", "--quiet"]) == 0
+    with _archive(plain) as one, _archive(spelled) as other:
+        assert one.meta.complete is False and other.meta.complete is False
+        assert sorted(one.paths) == sorted(other.paths) and len(one.paths) > 0
+
+
 def test_push_of_a_local_folder_errors_clearly_before_building(
     av1_dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -100,7 +111,7 @@ def test_failed_build_keeps_the_previous_output(
     "args,message",
     [
         (["--workers=0"], "--workers must be >= 1, got 0"),
-        (["--episodes=1,x"], "--episodes must be comma-separated integers, got '1,x'"),
+        (["--episodes=1,x"], "--episodes must be episode indices, comma-separated (0,3) or a JSON list ([0,3]), got '1,x'"),
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     ],
 )

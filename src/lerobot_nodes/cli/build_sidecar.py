@@ -23,11 +23,13 @@ from .console import (
     debug_requested,
     error_message,
     exit_process,
+    limit_failure_message,
     network_failure_message,
     one_line_warnings,
     quiet_http_client_logs,
     run_reporting_errors,
 )
+from .limits import system_allocator_under_address_limit
 from .signals import Stopped, dump_stacks_on_signal, run_until_stopped
 
 # The builder, the publisher and the byte sources (torch, pyarrow, PyAV, huggingface_hub) are imported
@@ -44,17 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Index every MP4 of a LeRobotDataset v3.0 into a sidecar archive (schema v3). "
         "The output is replaced atomically, only by a complete, verified archive.",
     )
-    parser.add_argument("--repo-id", default=None, help="OWNER/DATASET recorded in the archive; without "
+    parser.add_argument("--repo-id", "--dataset.repo_id", dest="repo_id", default=None, help="OWNER/DATASET recorded in the archive; without "
                         "--data-root, the Hub dataset repo that is indexed (read from its local copy "
                         "$HF_LEROBOT_HOME/OWNER/DATASET instead only with HF_HUB_OFFLINE=1)")
-    parser.add_argument("--revision", default=None, help="revision the archive is bound to (a commit SHA for "
+    parser.add_argument("--revision", "--dataset.revision", dest="revision", default=None, help="revision the archive is bound to (a commit SHA for "
                         "published sidecars)")
-    parser.add_argument("--data-root", default=None, help="the dataset root: a local folder, "
+    parser.add_argument("--data-root", "--dataset.root", dest="data_root", default=None, help="the dataset root: a local folder, "
                         "hf://datasets/OWNER/NAME@REVISION, hf://buckets/OWNER/BUCKET or any fsspec URL (default: the "
                         "Hub repo --repo-id)")
     parser.add_argument("--output", required=True, help="archive to write (.npz)")
     parser.add_argument("--workers", type=int, default=1, help="video files parsed concurrently (default 1)")
-    parser.add_argument("--episodes", default=None, help="comma-separated episode indices: index only their "
+    parser.add_argument("--episodes", "--dataset.episodes", dest="episodes", default=None, help="episode indices, "
+                        "comma-separated or a JSON list as the other commands take it ('[0,3]'): index only their "
                         "video files (a subset sidecar, which cannot be published)")
     parser.add_argument("--push", action="store_true", help="publish the verified archive (dataset repo branch "
                         "'lerobot-sidecars', or meta/mp4-sidecars/ of a bucket)")
@@ -69,10 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
 def _episodes(value: str | None) -> list[int] | None:
     if value is None:
         return None
+    text = value.strip()
+    if text.startswith("["):  # the spelling of --dataset.episodes in every other command
+        text = text[1:-1] if text.endswith("]") else text[1:]
     try:
-        return [int(part) for part in value.split(",") if part.strip()]
+        return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise ConfigError(f"--episodes must be comma-separated integers, got {value!r}") from None
+        raise ConfigError(
+            f"--episodes must be episode indices, comma-separated (0,3) or a JSON list ([0,3]), got {value!r}"
+        ) from None
 
 
 def _configure_logging(quiet: bool, verbose: bool = False) -> None:
@@ -97,6 +105,7 @@ def _check_push(args: argparse.Namespace, episodes: list[int] | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command and return its exit code: 0 built, 1 build failed, 2 usage error, 128 + N stopped by signal N."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    system_allocator_under_address_limit()
     debug = debug_requested(argv)
     return run_reporting_errors(
         lambda: _build(argv, debug),
@@ -146,10 +155,10 @@ def _build_archive(args: argparse.Namespace, episodes: list[int] | None) -> int:
     except PublishNotSupportedError:
         raise
     except Exception as error:
-        network = network_failure_message(error)
-        if network is None and not isinstance(error, (LeRobotNodesError, OSError, ValueError)):
+        known = network_failure_message(error) or limit_failure_message(error)
+        if known is None and not isinstance(error, (LeRobotNodesError, OSError, ValueError)):
             raise
-        raise SidecarError(f"build failed, {args.output} was left as it was: {network or error_message(error)}") from error
+        raise SidecarError(f"build failed, {args.output} was left as it was: {known or error_message(error)}") from error
     print(summary.describe())
     if args.push:
         try:

@@ -6,7 +6,8 @@ OS errors of missing files or permissions) prints ``error: <message>`` and at mo
 and runtime errors. ``--debug`` or ``LEROBOT_NODES_DEBUG=1`` prints the traceback above that
 line. A network failure reaching the Hub or another host (huggingface_hub's ``httpx`` or
 ``requests`` transport errors, matched by class name, and connection-refused or name-resolution
-OS errors) is one line too, naming the URL and what to do. Any other exception is a bug and keeps
+OS errors) is one line too, naming the URL and what to do, and so is a process limit hit (memory,
+threads, open files: ``lerobot_nodes.cli.limits``). Any other exception is a bug and keeps
 its traceback. Python warnings print as one ``warning: <message>`` line each.
 """
 
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..errors import ConfigError, LeRobotNodesError, SourceUnavailableError
+from .limits import resource_limit_message
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -292,6 +294,13 @@ def network_failure_message(error: BaseException) -> str | None:
     return f"cannot reach {what}{where} ({_failure_kind(error)}{request}): {network_advice(url)}"
 
 
+def limit_failure_message(error: BaseException) -> str | None:
+    """:func:`~lerobot_nodes.cli.limits.resource_limit_message` for errors that are not the package's own."""
+    if isinstance(error, LeRobotNodesError):
+        return None
+    return resource_limit_message(error)
+
+
 def run_reporting_errors(
     command: Callable[[], int],
     *,
@@ -316,13 +325,13 @@ def run_reporting_errors(
         _release_frames(interrupt)
         return EXIT_INTERRUPTED
     except Exception as error:
-        network = network_failure_message(error)
-        if network is None and not isinstance(error, USER_ERRORS):
+        known = network_failure_message(error) or limit_failure_message(error)
+        if known is None and not isinstance(error, USER_ERRORS):
             raise  # a bug: its traceback, as Python prints it
         usage = isinstance(error, usage_errors)
         if debug:
             traceback.print_exc()
-        print(f"error: {network or error_message(error)}", file=sys.stderr)
+        print(f"error: {known or error_message(error)}", file=sys.stderr)
         if usage:
             print(f"hint: {usage_hint}", file=sys.stderr)
         elif not debug:

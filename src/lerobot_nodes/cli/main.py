@@ -36,6 +36,7 @@ from .console import (
     run_reporting_errors,
     unrecognized_arguments,
 )
+from .limits import system_allocator_under_address_limit
 from .signals import dump_stacks_on_signal, run_until_stopped
 
 # Nothing here imports torch, pyarrow or the streaming code at module level: --help and usage errors
@@ -365,7 +366,7 @@ def build_parser() -> ArgumentParser:
     demo = commands.add_parser(
         "demo", parents=[debug], help="read the built-in demo dataset and print samples with the map-style reader"
     )
-    demo.add_argument("--root", default=None, help="a local LeRobot v3 dataset instead of the demo")
+    demo.add_argument("--root", "--dataset.root", dest="root", default=None, help="a local LeRobot v3 dataset instead of the demo")
     demo.add_argument("--samples", type=at_least(1), default=4, help="samples to print (default 4)")
     demo.set_defaults(handler=run_demo)
     add_cache_parser(commands, debug)
@@ -413,6 +414,7 @@ def add_cache_parser(commands: Any, debug: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``lerobot-nodes`` and return its exit code; errors print as one line (see ``console``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    system_allocator_under_address_limit()
     debug = debug_requested(argv)
     argv = [token for token in argv if token != DEBUG_FLAG]
     if not argv or (argv[0].startswith("-") and argv[0] not in ("--help", "-h")):

@@ -9,6 +9,7 @@ roll over into new files independently.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lerobot_nodes.errors import DemoWriteError
 from lerobot_nodes.home import lerobot_home
 from lerobot_nodes.testing.video import (
     Codec,
@@ -776,6 +778,12 @@ def _write_episodes_payload(
     return rows, all_stats
 
 
+DEMO_WRITE_ADVICE = (
+    "free space there, or point HF_LEROBOT_HOME at a writable disk with a few MB free, or stream your own dataset "
+    "with --dataset.root=PATH / --dataset.repo_id=OWNER/NAME"
+)
+
+
 def ensure_demo_dataset() -> Path:
     """Return the demo dataset under ``$HF_LEROBOT_HOME/lerobot-nodes-demo/v1``, writing it once.
 
@@ -786,16 +794,26 @@ def ensure_demo_dataset() -> Path:
     target = lerobot_home() / DEMO_DATASET_NAME / DEMO_DATASET_VERSION
     if (target / "meta" / "info.json").is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{DEMO_DATASET_VERSION}-partial-"))
+    made_parent = not target.parent.exists()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{DEMO_DATASET_VERSION}-partial-"))
+    except OSError as error:
+        raise DemoWriteError(f"cannot write the demo dataset to {target}: {error.strerror or error}; {DEMO_WRITE_ADVICE}") from error
     try:
         write_dataset(staging, num_episodes=12, height=96, width=128, video_files_size_in_mb=_DEMO_VIDEO_MB)
         staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like HF's
         os.rename(staging, target)
-    except OSError:
+    except OSError as error:
         # Another process renamed its copy into place first; theirs is equally valid.
         if not (target / "meta" / "info.json").is_file():
-            raise
+            shutil.rmtree(staging, ignore_errors=True)
+            if made_parent:
+                with contextlib.suppress(OSError):  # left only if empty: another writer may be using it
+                    target.parent.rmdir()
+            raise DemoWriteError(
+                f"cannot write the demo dataset to {target}: {error.strerror or error}; {DEMO_WRITE_ADVICE}"
+            ) from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
