@@ -11,6 +11,12 @@ the mix ends once both finished an epoch. The sampler's state nests both graphs'
 
     mix = weighted_mix_graph({"sim": "/data/sim", "real": "/data/real"}, {"sim": 0.3, "real": 0.7})
     loader = Loader(mix.root)
+
+It is for explicit weights over a few datasets only: memory and threads grow with each dataset's
+graph. With every frame equally likely (each dataset weighted by its frames), one dataset of all of
+them does it in one graph per worker, at any number of datasets:
+``StreamingLeRobotDataset(repo_id=[...], root=[...])`` (``docs/training.md``, "Mixtures"). This
+module stays until that dataset takes explicit ``weights``; then it becomes a thin example over it.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
@@ -31,10 +31,12 @@ from .errors import ConfigError
 from .format.dataset_properties import LeRobotDatasetProperties
 from .format.depth import DEFAULT_DEPTH_UNIT
 from .format.meta import DatasetMeta, load_meta, select_episodes
+from .format.mixture import MixtureMeta, part_prefix
+from .format.mixture_open import MixtureRequest, RootArgument, is_mixture, open_mixture
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
 from .nodes.sharder import max_workers_for_rank, rank_episodes, worker_episodes
-from .resume.identity import check_identity, dataset_identity
+from .resume.identity import check_identity, dataset_identity, with_worker_split, worker_split_of
 from .resume.orchestrator import PlainEpochs, ResumeOrchestrator
 from .resume.planning import StepCheckpoint, Topology, WorkerStart
 from .resume.schedules import RankSchedule, plain_samplers
@@ -43,6 +45,7 @@ from .sidecar import default_build_workers, open_video_indexes
 from .sources import ByteSource
 from .sources.http_range import HttpOptions
 from .sources.listed import ListedHttpSource
+from .sources.mixture import MixtureSource
 from .sources.range_cache import byte_cache_from_options
 from .sources.resolve import open_source
 from .streaming_graph import (
@@ -56,6 +59,8 @@ from .streaming_graph import (
 )
 from .video_checks import check_video_metadata
 from .workers.lifeline import guard_forkserver, guard_worker
+from .workers.main_guard import exit_if_reimporting_main
+from .workers.server import filesystem_modules, retire_unused_server, spawning_elsewhere, start_before_threads
 
 logger = logging.getLogger("lerobot_nodes.dataset")
 
@@ -106,6 +111,13 @@ def http_options(config: StreamingConfig, num_workers: int) -> HttpOptions:
     )
 
 
+def listed_sources(source: ByteSource) -> list[ListedHttpSource]:
+    """The listed remote stores behind ``source`` (each dataset's, for a mixture): whose HTTP
+    connections the dataset sets per reader."""
+    sources = source.parts if isinstance(source, MixtureSource) else (source,)
+    return [s for s in sources if isinstance(s, ListedHttpSource)]
+
+
 class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     """Streams a LeRobot v3 dataset episode by episode, exact-coverage and resumable.
 
@@ -130,40 +142,65 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
 
     def __init__(
         self,
-        repo_id: str | None = None,
-        root: str | os.PathLike[str] | ByteSource | None = None,
-        episodes: Sequence[int] | None = None,
+        repo_id: str | Sequence[str] | None = None,
+        root: RootArgument | Sequence[RootArgument] | None = None,
+        episodes: Sequence[int] | Mapping[str, Sequence[int]] | None = None,
         image_transforms: Callable[[Any], Any] | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         tolerance_s: float = 1e-4,
-        revision: str | None = None,
+        revision: str | Sequence[str | None] | None = None,
         max_num_shards: int | None = None,
         seed: int | None = None,
         return_uint8: bool = False,
         *,
-        repo_type: str = "dataset",
+        repo_type: str | Sequence[str] = "dataset",
         token: str | bool | None = None,
         config: StreamingConfig | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         depth_output_unit: str = DEFAULT_DEPTH_UNIT,
         batch_size: int | None = None,
+        rename_map: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         super().__init__()
+        exit_if_reimporting_main()  # a worker running an unguarded training script again: one line, not a crash
+        # The DataLoader workers' server, forked now while this process may be (before s3fs's or our threads).
+        start_before_threads(filesystem_modules(root))
         config = config or StreamingConfig()
         if max_num_shards is not None:
             config = dataclasses.replace(config, max_num_shards=max(1, int(max_num_shards)))
         self.config = config
-        self.repo_id = repo_id
-        self.source = open_source(
-            root, repo_id=repo_id, revision=revision, repo_type=repo_type, token=token, http=http_options(config, 1)
-        )
-        if self.source.caches_bytes:  # remote bytes go through the node-local disk cache; a local folder never does
-            self.source.use_byte_cache(
-                byte_cache_from_options(config.streaming_disk_cache_gb, config.streaming_disk_cache_dir)
+        self.repo_id = repo_id if repo_id is None or isinstance(repo_id, str) else list(repo_id)
+        self.source: ByteSource
+        self.meta: DatasetMeta
+        if is_mixture(repo_id, root):
+            self.source, self.meta, self.episodes = open_mixture(
+                MixtureRequest.of(repo_id, root, revision, repo_type), episodes, rename_map, token=token,
+                http=http_options(config, 1),
+                byte_cache=lambda: byte_cache_from_options(config.streaming_disk_cache_gb, config.streaming_disk_cache_dir),
             )
-        self.meta: DatasetMeta = load_meta(self.source, repo_id=repo_id)
-        self.episodes = select_episodes(self.meta, episodes)
+        else:
+            if rename_map is not None:
+                raise ConfigError("rename_map applies to a mixture: give repo_id (or root) as a list of datasets")
+            if isinstance(episodes, Mapping):
+                raise ConfigError("episodes as a {dataset: [episodes]} dict is for a mixture; give a list of episodes")
+            if isinstance(revision, (list, tuple)) or isinstance(repo_type, (list, tuple)):
+                raise ConfigError(
+                    "revision or repo_type is a list but repo_id and root name one dataset: give repo_id "
+                    "(or root) as a list to stream a mixture"
+                )
+            # Not a mixture: repo_id, root, revision and repo_type are single values (is_mixture and the checks above).
+            single_repo = cast("str | None", repo_id)
+            self.source = open_source(
+                cast("RootArgument | None", root), repo_id=single_repo, revision=cast("str | None", revision),
+                repo_type=cast(str, repo_type), token=token, http=http_options(config, 1),
+            )
+            if self.source.caches_bytes:  # remote bytes go through the node-local disk cache; a local folder never does
+                self.source.use_byte_cache(
+                    byte_cache_from_options(config.streaming_disk_cache_gb, config.streaming_disk_cache_dir)
+                )
+            self.meta = load_meta(self.source, repo_id=single_repo)
+            self.episodes = select_episodes(self.meta, episodes)
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else None
         self.tolerance_s = tolerance_s
         self.image_transforms = image_transforms
@@ -204,33 +241,59 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         open their own share again, from the cache this open fills.
         """
         episodes = rank_episodes(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
-        paths = self.meta.video_files(episodes)
         workers = self._index_build_workers()
-        listed = self.source if isinstance(self.source, ListedHttpSource) else None
+        listed = listed_sources(self.source)
         if self.config.streaming_native_http_connections is not None:
-            listed = None  # the user's connection budget stands
-        if listed is not None:  # one connection per file in flight while indexing (the reader's default is max_num_shards)
-            listed.set_http_options(dataclasses.replace(http_options(self.config, 1), connections=workers))
+            listed = []  # the user's connection budget stands
+        for source in listed:  # one connection per file in flight while indexing (the reader's default is max_num_shards)
+            source.set_http_options(dataclasses.replace(http_options(self.config, 1), connections=workers))
         try:
+            if isinstance(self.meta, MixtureMeta) and isinstance(self.source, MixtureSource):
+                return self._open_mixture_indexes(self.source, self.meta, episodes, workers)
             indexes = open_video_indexes(
-                self.source, self.meta, paths, lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s,
-                build_workers=workers,
+                self.source, self.meta, self.meta.video_files(episodes),
+                lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s, build_workers=workers,
             )
         finally:
-            if listed is not None:
-                listed.set_http_options(http_options(self.config, 1))
+            for source in listed:
+                source.set_http_options(http_options(self.config, 1))
         check_video_metadata(self.meta, indexes, episodes, self.tolerance_s)
         return indexes
 
+    def _open_mixture_indexes(
+        self, source: MixtureSource, meta: MixtureMeta, episodes: Sequence[int], workers: int
+    ) -> dict[str, VideoIndex]:
+        """Each dataset's indexes of its share of ``episodes``, opened and checked as when it is read
+        alone (its own source, sidecars and metadata), keyed by mixture path."""
+        opened: dict[str, VideoIndex] = {}
+        for part, local in enumerate(meta.split_episodes(episodes)):
+            if not len(local):
+                continue
+            chosen = local.tolist()
+            part_source, part_meta = source.parts[part], meta.parts[part]
+            indexes = open_video_indexes(
+                part_source, part_meta, part_meta.video_files(chosen),
+                lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s, build_workers=workers,
+            )
+            check_video_metadata(part_meta, indexes, chosen, self.tolerance_s)
+            opened.update((part_prefix(part) + path, index) for path, index in indexes.items())
+        return opened
+
     def _index_build_workers(self) -> int:
-        """Video files indexed at once when indexes must be built: ``streaming_native_http_connections``
-        when set (the rank's connection budget), else ``sidecar.default_build_workers`` (4 local, 32 remote)."""
-        explicit = self.config.streaming_native_http_connections
-        return int(explicit) if explicit is not None else default_build_workers(self.source)
+        """Video files indexed at once when indexes must be built: ``streaming_index_concurrency`` when
+        set, else ``streaming_native_http_connections`` when set (the rank's connection budget), else
+        ``sidecar.default_build_workers`` (4 local, 32 remote)."""
+        explicit = self.config.streaming_index_concurrency
+        if explicit is None:
+            explicit = self.config.streaming_native_http_connections
+        if explicit is not None:
+            return int(explicit)
+        sources = self.source.parts if isinstance(self.source, MixtureSource) else (self.source,)
+        return max(default_build_workers(source) for source in sources)
 
     def _lengths(self) -> list[int]:
         """Frame counts of the selected episodes, aligned with ``self.episodes``."""
-        return [int(self.meta.episodes.length[e]) for e in self.episodes]
+        return self.meta.episodes.length[self.episodes].tolist() if self.episodes else []
 
     def clamp_num_workers(self, num_workers: int) -> int:
         """``num_workers`` limited to the episodes this rank owns (a warning when it is cut)."""
@@ -244,6 +307,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         return num_workers
 
     def __getstate__(self) -> dict[str, Any]:
+        if spawning_elsewhere():  # a plain DataLoader's spawn/forkserver workers: the early server is not needed
+            retire_unused_server()
         # A live graph holds threads and is never picklable; each worker builds its own.
         state = self.__dict__.copy()
         state["_graph"] = None
@@ -261,7 +326,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         return (info.id, info.num_workers) if info is not None else (0, 0)
 
     def _build_graph(self, worker_id: int, num_workers: int, epoch: int, start: WorkerStart | None) -> StreamingGraph:
-        if num_workers > 0:
+        if num_workers == 0:
+            retire_unused_server()  # read without workers: the server the constructor started is not needed
+        else:
             # A worker of any DataLoader (not only streaming_dataloader's) ends with the
             # training process; idempotent, and a no-op when worker_init_fn did it already.
             guard_worker()
@@ -271,8 +338,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 # multiprocessing runs exit finalizers before it joins the worker's threads: a decode
                 # thread still waiting for a payload is cancelled first, so the worker exits when asked.
                 multiprocessing.util.Finalize(None, _close_if_alive, args=(weakref.ref(self),), exitpriority=100)
-        if isinstance(self.source, ListedHttpSource):
-            self.source.set_http_options(http_options(self.config, num_workers))
+        for source in listed_sources(self.source):
+            source.set_http_options(http_options(self.config, num_workers))
         return build_streaming_graph(
             self.source,
             self.meta,
@@ -286,6 +353,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 epoch=epoch if start is None else start.epoch,
                 assigned=None if start is None else start.assigned,
                 carried=None if start is None else start.carried_map(),
+                worker_split=self.worker_split,
             ),
             samples=self._sample_options(transforms_on_consumer=num_workers == 0),
             batches=None
@@ -396,6 +464,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 "multi-worker sampler cannot be resumed exactly: start a new run from the saved policy weights"
             )
         check_identity(state.get(IDENTITY_KEY), self.identity)
+        # The run keeps splitting a rank's episodes over its workers as the checkpoint did.
+        self.identity = with_worker_split(self.identity, worker_split_of(state.get(IDENTITY_KEY)))
         saved = state[TOPOLOGY_KEY]
         current = self._topology_state()
         changed = {k: (saved[k], current[k]) for k in ("rank", "world_size", "num_workers") if saved[k] != current[k]}
@@ -440,10 +510,13 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         Deterministic: the same checkpoint and new topology give the same samples. Logged once.
         ``identity`` (the checkpointed dataset's :attr:`identity`, when the checkpoint has it) is
         checked first: another dataset, episode selection, sampling strategy, pool size or byte
-        budget cannot be honoured (the replay would not be the old schedule) and is a ``ConfigError``.
+        budget cannot be honoured (the replay would not be the old schedule) and is a ``ConfigError``;
+        its worker split is adopted (:attr:`worker_split`). Without ``identity`` the step is replayed
+        with this version's worker split.
         """
         if identity is not None:
             check_identity(dict(identity), self.identity)
+            self.identity = with_worker_split(self.identity, worker_split_of(identity))
         old_world = self.world_size if world_size is None else int(world_size)
         if seed is not None and resolve_seed(seed) != self.seed:
             self.seed = resolve_seed(seed)
@@ -464,9 +537,19 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     def _rank_schedule(self) -> RankSchedule:
         """This rank's plain schedules, what a step resume is planned against."""
         samplers = plain_samplers(
-            self.source, self.meta, self.episodes, self.config, self._sample_options(), self.seed, self._indexes
+            self.source, self.meta, self.episodes, self.config, self._sample_options(), self.seed, self._indexes,
+            worker_split=self.worker_split,
         )
-        return RankSchedule(self.episodes, self._lengths(), self.rank, self.world_size, self.seed, samplers)
+        return RankSchedule(
+            self.episodes, self._lengths(), self.rank, self.world_size, self.seed, samplers, self.worker_split
+        )
+
+    @property
+    def worker_split(self) -> str:
+        """How this rank's episodes are split over its DataLoader workers (``nodes.sharder.WORKER_SPLITS``):
+        ``contiguous`` for a new run; a resumed run keeps its checkpoint's, recorded in :attr:`identity`
+        (``scattered`` for checkpoints of the versions before the contiguous split)."""
+        return worker_split_of(self.identity)
 
     def worker_samples(self, num_workers: int) -> list[int]:
         """Samples each worker of this rank yields per epoch."""
@@ -474,7 +557,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         return [
             sum(
                 int(self.meta.episodes.length[e])
-                for e in worker_episodes(self.episodes, lengths, self.rank, self.world_size, w, num_workers, self.seed)
+                for e in worker_episodes(
+                    self.episodes, lengths, self.rank, self.world_size, w, num_workers, self.seed, self.worker_split
+                )
             )
             for w in range(max(1, num_workers))
         ]

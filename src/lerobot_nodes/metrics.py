@@ -71,6 +71,11 @@ class NullMetrics:
 
 # -- the shared counter table and the report ----------------------------------------------
 
+DATASET_INDEX = "dataset_index"
+"""The batch column of a mixture's samples: which dataset each came from."""
+SPELLED_OUT_DATASETS = 8
+"""Up to this many datasets, the report gives each dataset's samples; above, their spread."""
+
 T = TypeVar("T")
 
 GAUGE_NAMES = (
@@ -281,6 +286,20 @@ class MetricsReport:
     batch_segments_reused: int = 0
     mixing: BatchMixing = field(default_factory=BatchMixing)
     """Distinct episodes per batch and same-episode near pairs, next to a uniform shuffle (:mod:`lerobot_nodes.batch_mixing`)."""
+    samples_per_dataset: tuple[int, ...] = ()
+    """A mixture's delivered samples by ``dataset_index`` (empty for one dataset)."""
+    dataset_names: tuple[str, ...] = ()
+    """The mixture's dataset names, in ``dataset_index`` order (what the report labels its counts with)."""
+
+    def dataset_counts(self, limit: int = SPELLED_OUT_DATASETS) -> str:
+        """The samples per dataset in words: each dataset's count up to ``limit`` datasets, else the
+        least, median and most over them (a mixture of hundreds stays one short line)."""
+        counts = self.samples_per_dataset
+        if len(counts) <= limit:
+            names = self.dataset_names if len(self.dataset_names) == len(counts) else [str(i) for i in range(len(counts))]
+            return ", ".join(f"{name} {count}" for name, count in zip(names, counts, strict=True))
+        least, median, most = np.percentile(np.asarray(counts), [0, 50, 100])
+        return f"min/median/max {least:.0f}/{median:.0f}/{most:.0f} over {len(counts)} datasets"
 
     @property
     def decoded_per_delivered(self) -> float:
@@ -318,6 +337,7 @@ class MetricsReport:
                 else ""
             )
             + (f" | {self.mixing.line()}" if self.mixing.batches else "")
+            + (f" | samples per dataset: {self.dataset_counts()}" if self.samples_per_dataset else "")
         )
 
     def table(self) -> str:
@@ -328,19 +348,18 @@ class MetricsReport:
             *((f"batch wait {k} (ms)", f"{v * 1e3:.2f}") for k, v in self.batch_wait_s.items()),
             ("refill stalls", self.refill_stalls),
             ("refill stall time (s)", f"{self.refill_stall_seconds:.3f}"),
-            ("bytes fetched", self.bytes_fetched),
-            ("bytes planned", self.bytes_planned),
-            ("reserved bytes (now / peak)", f"{self.reserved_bytes} / {self.peak_reserved_bytes}"),
-            ("resident bytes", self.resident_bytes),
-            ("byte budget", self.budget_bytes),
+            ("MB fetched / planned", f"{_mb(self.bytes_fetched)} / {_mb(self.bytes_planned)}"),
+            ("reserved MB (now / peak)", f"{_mb(self.reserved_bytes)} / {_mb(self.peak_reserved_bytes)}"),
+            ("resident MB", _mb(self.resident_bytes)),
+            ("byte budget (MB)", _mb(self.budget_bytes)),
             ("decode ms per frame", f"{self.decode_ms_per_frame:.3f}"),
             ("decoded frames per delivered frame", f"{self.frames_decoded / max(1, self.frames_delivered):.3f}"),
             (
                 "decoded frames kept (now / peak)",
                 f"{self.decoded_resident_frames} / {self.peak_decoded_frames} frames, "
-                f"{self.decoded_resident_bytes} / {self.peak_decoded_bytes} bytes",
+                f"{_mb(self.decoded_resident_bytes)} / {_mb(self.peak_decoded_bytes)} MB",
             ),
-            ("decoded frame budget (bytes)", self.decoded_budget_bytes),
+            ("decoded frame budget (MB)", _mb(self.decoded_budget_bytes)),
             ("HTTP requests (remote sources)", self.http_requests),
             ("HTTP retries (transient faults survived)", self.http_retries),
             (
@@ -349,12 +368,27 @@ class MetricsReport:
             ),
             ("Hub 429s waited out (rate limits)", self.hub_rate_limited),
             ("disk cache hits / misses (blocks)", f"{self.disk_cache_hits} / {self.disk_cache_misses}"),
-            ("disk cache bytes served / stored", f"{self.disk_cache_bytes_served} / {self.disk_cache_bytes_stored}"),
+            ("disk cache MB served / stored", f"{_mb(self.disk_cache_bytes_served)} / {_mb(self.disk_cache_bytes_stored)}"),
             ("disk cache blocks evicted", self.disk_cache_evictions),
             *self.mixing.rows(),
+            *self._dataset_rows(),
         ]
         width = max(len(str(name)) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+    def _dataset_rows(self) -> list[tuple[str, Any]]:
+        counts = self.samples_per_dataset
+        if not counts:
+            return []
+        if len(counts) > SPELLED_OUT_DATASETS:
+            return [("samples per dataset", self.dataset_counts())]
+        names = self.dataset_names if len(self.dataset_names) == len(counts) else [str(i) for i in range(len(counts))]
+        return [(f"samples from [{i}] {name}", count) for i, (name, count) in enumerate(zip(names, counts, strict=True))]
+
+
+def _mb(nbytes: int) -> str:
+    """Bytes as the log line prints them: MB (10**6 bytes) with one decimal."""
+    return f"{nbytes / 1e6:.1f}"
 
 
 class StreamingMetrics:
@@ -367,9 +401,12 @@ class StreamingMetrics:
         self.log_every_s = log_every_s
         self._started = time.perf_counter()
         self._last_log = self._started
+        self._last_batch_at: float | None = None  # the delivered rate ends at the last batch, not at a later report
         self.mixing = MixingTally()
         self.selection_lengths: np.ndarray | None = None
         self.gop_frames: int | None = None
+        self.samples_per_dataset = np.zeros(0, dtype=np.int64)
+        self.dataset_names: tuple[str, ...] = ()
 
     def set_selection(self, lengths: Iterable[int], gop_frames: int | None = None) -> None:
         """The selected episodes' lengths (and the GOP size, if known), for the uniform baseline of the
@@ -378,6 +415,30 @@ class StreamingMetrics:
         self.selection_lengths = np.fromiter((int(n) for n in lengths), dtype=np.int64)
         if gop_frames is not None:
             self.gop_frames = int(gop_frames)
+
+    def observe_datasets(self, batch: Any) -> None:
+        """Count a mixture's batch by its ``dataset_index`` column (a batch without one counts nothing)."""
+        column = batch.get(DATASET_INDEX) if isinstance(batch, dict) else None
+        if column is None or not hasattr(column, "shape"):
+            return
+        found = np.bincount(np.asarray(column, dtype=np.int64).reshape(-1))
+        if len(found) > len(self.samples_per_dataset):
+            grown = np.zeros(len(found), dtype=np.int64)
+            grown[: len(self.samples_per_dataset)] = self.samples_per_dataset
+            self.samples_per_dataset = grown
+        self.samples_per_dataset[: len(found)] += found
+
+    def _find_datasets(self, batches: object) -> None:
+        """A mixture's dataset names (a ``MixtureMeta``'s ``names``), so every dataset is counted, even at 0."""
+        dataset = getattr(batches, "dataset", batches)
+        names = getattr(getattr(dataset, "meta", None), "names", None)
+        if not isinstance(names, tuple):
+            return
+        self.dataset_names = tuple(str(name) for name in names)
+        if len(self.samples_per_dataset) < len(names):
+            grown = np.zeros(len(names), dtype=np.int64)
+            grown[: len(self.samples_per_dataset)] = self.samples_per_dataset
+            self.samples_per_dataset = grown
 
     def _find_selection(self, batches: object) -> None:
         dataset = getattr(batches, "dataset", batches)
@@ -397,6 +458,8 @@ class StreamingMetrics:
         batch_size_of = batch_size_of or collated_batch_size
         if self.selection_lengths is None:
             self._find_selection(batches)
+        if not self.dataset_names:
+            self._find_datasets(batches)
         iterator = iter(batches)
         if not self.batch_waits:
             self._started = time.perf_counter()
@@ -407,6 +470,7 @@ class StreamingMetrics:
             except StopIteration:
                 return
             self.mixing.observe_batch(batch)
+            self.observe_datasets(batch)
             self.record_batch(time.perf_counter() - started, batch_size_of(batch))
             yield batch
 
@@ -414,6 +478,7 @@ class StreamingMetrics:
         self.batch_waits.append(wait_s)
         self.samples += samples
         now = time.perf_counter()
+        self._last_batch_at = now
         if self.log_every_s is not None and now - self._last_log >= self.log_every_s:
             self._last_log = now
             logger.info("streaming: %s", self.report().line())
@@ -424,7 +489,7 @@ class StreamingMetrics:
         return MetricsReport(
             batches=len(self.batch_waits),
             samples=self.samples if self.batch_waits else int(totals["samples"]),
-            seconds=time.perf_counter() - self._started,
+            seconds=(self._last_batch_at if self._last_batch_at is not None else time.perf_counter()) - self._started,
             batch_wait_s=percentiles(self.batch_waits),
             refill_stalls=int(totals["refill_stalls"]),
             refill_stall_seconds=totals["refill_stall_seconds"],
@@ -458,4 +523,6 @@ class StreamingMetrics:
             mixing=self.mixing.figures(
                 self.selection_lengths, self.gop_frames or int(self.counters.maximum("gop_frames")) or None
             ),
+            samples_per_dataset=tuple(int(count) for count in self.samples_per_dataset),
+            dataset_names=self.dataset_names,
         )

@@ -26,7 +26,8 @@ from .batch_memory.batch_slots import BatchSlots
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, IN_PROCESS_KEEP, RecycledStorages
 from .config import BYTES_PER_MB, DEFAULT_RANK_POOL_SIZE, StreamingConfig, resolve_seed
 from .fetch.byte_cache import ByteBudget, EpisodeByteCache
-from .fetch.episode_fetch import EpisodeFetcher, VideoIndexProvider, default_index_provider, preferring_opened
+from .fetch.episode_fetch import VideoIndexProvider
+from .fetch.mixture_fetch import AnyEpisodeFetcher, open_episode_fetcher
 from .format.depth import DEFAULT_DEPTH_UNIT
 from .format.meta import DatasetMeta
 from .metrics import MetricsSink, NullMetrics
@@ -38,7 +39,7 @@ from .nodes.heap_trimmer import HeapTrimmer
 from .nodes.ordered_buffer import OrderedBuffer
 from .nodes.pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
 from .nodes.prefetcher import BytePrefetcher
-from .nodes.sharder import RankWorkerSharder
+from .nodes.sharder import CONTIGUOUS_SPLIT, RankWorkerSharder
 from .sample.assemble import SampleSpec
 from .sources import ByteSource
 
@@ -56,7 +57,7 @@ class StreamingGraph:
     prefetcher: BytePrefetcher
     decoder: DecodeMapper
     buffer: OrderedBuffer
-    fetcher: EpisodeFetcher
+    fetcher: AnyEpisodeFetcher
     batcher: SampleBatcher | None = None
 
     @property
@@ -218,12 +219,14 @@ class ScheduleStart:
     """Where the reader's schedule starts: ``seed`` (None: the streaming seed 42) and first ``epoch``
     (each ``reset(None)`` after an iteration moves to the next). ``assigned``/``carried``: the reader reads
     an elastic resume's remnant for this one epoch (see :class:`RankWorkerSharder` and
-    :class:`EpisodePoolSampler`)."""
+    :class:`EpisodePoolSampler`). ``worker_split``: how a rank's episodes are split over its workers
+    (``nodes.sharder.WORKER_SPLITS``; a resumed run keeps its checkpoint's)."""
 
     seed: int | None = None
     epoch: int = 0
     assigned: Sequence[int] | None = None
     carried: Mapping[int, tuple[int, int]] | None = None
+    worker_split: str = CONTIGUOUS_SPLIT
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,7 @@ def schedule_sharder(
         seed=resolve_seed(schedule.seed),
         initial_epoch=schedule.epoch,
         assigned=schedule.assigned,
+        worker_split=schedule.worker_split,
     )
 
 
@@ -329,7 +333,7 @@ class SampleRuns:
     open_runs: int = 1
 
     @classmethod
-    def of(cls, config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, fetcher: EpisodeFetcher) -> SampleRuns:
+    def of(cls, config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, fetcher: AnyEpisodeFetcher) -> SampleRuns:
         if not meta.video_keys:
             return cls()
         run_starts, rule = anchor_runs(config, meta, spec, fetcher.gop_starts)
@@ -358,16 +362,11 @@ def build_streaming_graph(
     config = config or StreamingConfig()
     metrics = services.metrics or NullMetrics()
     episodes = [int(e) for e in episodes]
-    provider = services.index_provider
-    if provider is None and services.opened_indexes:
-        provider = preferring_opened(
-            default_index_provider(source, meta, config.streaming_sidecar_lock_timeout_s), services.opened_indexes
-        )
     spec = samples.spec(meta)
     sharder = schedule_sharder(meta, episodes, reader, schedule)
-    fetcher = EpisodeFetcher(
-        source, meta, episodes=sharder.episodes, index_provider=provider,
-        lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
+    fetcher = open_episode_fetcher(
+        source, meta, episodes=sharder.episodes, index_provider=services.index_provider,
+        opened_indexes=services.opened_indexes, lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
     )
     sampler = schedule_sampler(sharder, reader, config, schedule, SampleRuns.of(config, meta, spec, fetcher))
     metrics.set("budget_bytes", sampler.budget.worker_bytes)
@@ -426,7 +425,7 @@ def _batch_slots(
     batches: BatchOptions,
     spec: SampleSpec,
     meta: DatasetMeta,
-    fetcher: EpisodeFetcher,
+    fetcher: AnyEpisodeFetcher,
     return_uint8: bool,
     metrics: MetricsSink,
 ) -> tuple[BatchSlots | None, RecycledStorages | None]:

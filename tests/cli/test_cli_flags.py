@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import typing
+import warnings
 from dataclasses import fields
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from lerobot_nodes.config import StreamingConfig
 from .cli_process import assert_one_line_error, run_cli
 
 EVERY_FLAG = (*DATASET_FLAGS, *STREAMING_FLAGS, *TRAINING_FLAGS)
-EXAMPLES = {"episodes": "[0, 2]", "delta_timestamps": '{"action": [0.0, 0.1]}', "streaming_sampling_strategy": "round_robin"}
+EXAMPLES = {"episodes": "[0, 2]", "delta_timestamps": '{"action": [0.0, 0.1]}', "streaming_sampling_strategy": "round_robin",
+            "streaming_rename_map": '{"OWNER/B": {"observation.images.front": "observation.images.top"}}'}
 EXAMPLES_BY_TYPE = {bool: "false", int: "3", float: "0.5", str: "text"}
 
 
@@ -77,6 +79,7 @@ def test_stream_runs_with_space_separated_values(tiny_dataset: Path, tmp_path: P
         (["--dataset.episodes=[\"a\"]"], "--dataset.episodes='[\"a\"]' is not a valid list[int]"),
         (["--dataset.delta_timestamps={\"action\": 0.1}"], "--dataset.delta_timestamps="),
         (["--dataset.streaming_episode_pool_size=0"], "--dataset.streaming_episode_pool_size must be >= 1, got 0"),
+        (["--dataset.streaming_index_concurrency=0"], "--dataset.streaming_index_concurrency must be >= 1, got 0"),
         (["--dataset.pool=3"], "unknown flag --dataset.pool; the --dataset.* flags are:"),
         (["--dataset.rooot=/data"], "unknown flag --dataset.rooot; did you mean --dataset.root? The --dataset.* flags"),
         (["--steps"], "--steps needs a value: --steps=VALUE or --steps VALUE"),
@@ -100,7 +103,8 @@ def test_mistakes_found_when_the_dataset_is_opened_are_config_errors(
 ) -> None:
     """Episodes and windows are checked against the dataset: still usage errors, exit code 2."""
     root = f"--dataset.root={tiny_dataset}"
-    with pytest.warns(UserWarning, match=r"episodes \[99\] are not in"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once, by the error: no warning naming [99] before it
         result = run_main(["stream", root, "--dataset.episodes=[99]", "--steps=1"], capsys)
     assert_one_line_error(result, 2, "no episode selected: [99] has no episode of")
     result = run_main(["stream", root, '--dataset.delta_timestamps={"no.such.key": [0]}', "--steps=1"], capsys)
@@ -166,3 +170,11 @@ def test_inspect_rejects_flags_it_does_not_use(tiny_dataset: Path, capsys: pytes
     )
     result = run_main(["inspect", "--dataset.root", str(tiny_dataset)], capsys)
     assert result.returncode == 0 and "episodes: 4" in result.stdout
+
+
+def test_demo_takes_the_root_flag_every_other_command_spells(tiny_dataset) -> None:
+    spelled = run_cli("demo", "--dataset.root", tiny_dataset, "--samples", "1", timeout=180)
+    short = run_cli("demo", "--root", tiny_dataset, "--samples", "1", timeout=180)
+    assert spelled.returncode == 0 and short.returncode == 0, spelled.stderr + short.stderr
+    samples = [out.rpartition("read 1 sample in")[0] for out in (spelled.stdout, short.stdout)]  # then its time
+    assert str(tiny_dataset) in samples[0] and samples[0] == samples[1]

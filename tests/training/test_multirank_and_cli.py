@@ -118,7 +118,7 @@ def test_impossible_values_are_named(flag, message):
 def test_stream_and_inspect_commands(small_dataset, capsys):
     assert cli_main(["stream", f"--dataset.root={small_dataset}", "--steps=3", "--batch_size=2", "--num_workers=0"]) == 0
     out = capsys.readouterr().out
-    assert "batch wait p95 (ms)" in out and "refill stalls" in out and "bytes planned" in out
+    assert "batch wait p95 (ms)" in out and "refill stalls" in out and "MB fetched / planned" in out
     assert cli_main(["inspect", f"--dataset.root={small_dataset}"]) == 0
     out = capsys.readouterr().out
     assert "MP4 sidecar: " in out and "episodes: 7" in out

@@ -68,15 +68,32 @@ class Flag:
         return self.default_text or format_value(self.default)
 
 
+RENAME_MAP_FLAG = Flag(
+    "dataset.streaming_rename_map",
+    dict[str, dict[str, str]] | None,
+    default_text='null (a mixture\'s per-dataset renames: {"OWNER/B": {"observation.images.front": '
+    '"observation.images.top"}})',
+)
+"""The mixture's rename map: a ``--dataset.*`` flag of ``stream`` and of ``train`` (not a StreamingConfig field)."""
+
 DATASET_FLAGS: tuple[Flag, ...] = (
-    Flag("dataset.root", str | None, default_text="the built-in demo dataset (when no repo_id is given either)"),
+    Flag(
+        "dataset.root",
+        str | None,
+        default_text="the built-in demo dataset (when no repo_id is given either); a JSON list for a mixture",
+    ),
     Flag(
         "dataset.repo_id",
         str | None,
         default_text="null; when no root is given, the Hub dataset repo streamed (the local copy "
-        "$HF_LEROBOT_HOME/<repo_id> is read instead only with HF_HUB_OFFLINE=1)",
+        "$HF_LEROBOT_HOME/<repo_id> is read instead only with HF_HUB_OFFLINE=1); a JSON list, "
+        '\'["OWNER/A","OWNER/B"]\', streams a mixture',
     ),
-    Flag("dataset.revision", str | None, default_text="null (LeRobot's v3.0 tag; a branch, tag or sha, resolved at open)"),
+    Flag(
+        "dataset.revision",
+        str | None,
+        default_text="null (LeRobot's v3.0 tag; a branch, tag or sha, resolved at open); a JSON list for a mixture",
+    ),
     Flag("dataset.repo_type", str, "dataset"),
     Flag("dataset.episodes", list[int] | None, default_text="null (all episodes)"),
     Flag("dataset.streaming", bool, True, default_text="true (false: the map-style reader)"),
@@ -84,12 +101,19 @@ DATASET_FLAGS: tuple[Flag, ...] = (
     Flag("dataset.tolerance_s", float, 1e-4, minimum=0),
     Flag("dataset.return_uint8", bool, True),
     Flag("dataset.depth_output_unit", str, "mm"),
+    RENAME_MAP_FLAG,
 )
 """``--dataset.*`` flags that are not StreamingConfig fields."""
+
+LIST_FLAGS = frozenset({"dataset.root", "dataset.repo_id", "dataset.revision"})
+"""Flags that take one value or, as LeRobot spells a mixture, a JSON list (``'["OWNER/A","OWNER/B"]'``):
+a value starting with ``[`` is read as that list, one entry (a string or null) per dataset."""
 
 _STREAMING_DEFAULT_TEXT = {
     "streaming_episode_pool_size": f"null ({DEFAULT_RANK_POOL_SIZE} episodes per rank, split over its workers)",
     "video_decoder_cache_size": "null (pool x cameras per worker)",
+    "streaming_index_concurrency": "null (streaming_native_http_connections if set, else 4 files for a local "
+    "folder, 32 for a remote store)",
 }
 _NOT_A_FLAG = ("max_num_shards",)  # set from --num_workers, as LeRobot training does
 
@@ -179,7 +203,20 @@ def parse_value(flag: str, text: str, kind: Any) -> Any:
         raise ConfigError(f"{flag}={text!r} is not a valid {name}: {exc}") from None
 
 
+def parse_list(flag: str, text: str) -> list[str | None]:
+    """``text`` of a :data:`LIST_FLAGS` flag that starts with ``[``: a JSON list of strings (or nulls)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}={text!r} is not a valid JSON list: {exc}") from None
+    if not isinstance(value, list) or not all(item is None or isinstance(item, str) for item in value):
+        raise ConfigError(f'{flag}={text!r} must be a JSON list of strings, one per dataset: \'["OWNER/A","OWNER/B"]\'')
+    return value
+
+
 def _parse(flag: Flag, text: str) -> Any:
+    if flag.name in LIST_FLAGS and text.lstrip().startswith("["):
+        return parse_list(flag.option, text)
     value = parse_value(flag.option, text, flag.kind)
     if flag.minimum is not None and value is not None and not value >= flag.minimum:  # NaN too
         raise ConfigError(f"{flag.option} must be >= {format_value(flag.minimum)}, got {text}")
@@ -232,13 +269,14 @@ def split_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any], di
 
 
 def split_streaming_flags(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
-    """Take the ``--dataset.streaming_*`` flags (every :data:`STREAMING_FLAGS` entry) out of ``argv``.
+    """Take the ``--dataset.streaming_*`` flags (every :data:`STREAMING_FLAGS` entry, and
+    :data:`RENAME_MAP_FLAG`, whose value is under ``streaming_rename_map``) out of ``argv``.
 
     Returns the parsed values of the flags given and every other token, unchanged and in order:
     what ``lerobot-nodes train`` hands to LeRobot's own parser, which does not know these flags.
     ``--flag=value`` and ``--flag value`` are both read; a value that cannot be parsed is a ConfigError.
     """
-    taken, rest = _take_flags(argv, {flag.name: flag for flag in STREAMING_FLAGS})
+    taken, rest = _take_flags(argv, {flag.name: flag for flag in (*STREAMING_FLAGS, RENAME_MAP_FLAG)})
     return {flag.key: value for flag, value in taken}, rest
 
 

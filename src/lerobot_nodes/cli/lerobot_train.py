@@ -29,6 +29,7 @@ training on LeRobot's loader. LeRobot is imported lazily: this module imports wi
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import importlib
@@ -44,6 +45,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
@@ -52,7 +54,10 @@ from ..atomic import atomic_write
 from ..config import StreamingConfig
 from ..dataset import StreamingLeRobotDataset
 from ..errors import ConfigError, LeRobotIncompatibleError
+from ..format.mixture import MixtureMeta
+from ..format.mixture_open import MixtureRequest, is_mixture
 from ..loader import loader_batch_size, shutdown_dataloader, start_worker_context, streaming_dataloader
+from .stream import apply_delta_timestamps, sample_keys
 
 logger = logging.getLogger("lerobot_nodes.cli.lerobot_train")
 
@@ -60,7 +65,10 @@ MINIMUM_LEROBOT = (0, 6, 1)
 TESTED_LEROBOT = "0.6.1"
 TRAINER_MODULE = "lerobot.scripts.lerobot_train"
 RECORD_ENV = "LEROBOT_NODES_RECORD"
-"""A file: each rank appends ``{"rank": R, "step": N, "samples": [[episode, frame], ...]}`` per batch the trainer takes."""
+"""A file: each rank appends ``{"rank": R, "step": N, "samples": [[episode, frame], ...]}`` per batch the trainer
+takes (``[dataset_index, episode, frame]`` per sample for a mixture)."""
+RENAME_MAP_KEY = "streaming_rename_map"
+"""``--dataset.streaming_rename_map``'s key in the streaming options (and in the saved loader state)."""
 TRAINING_STATE_DIR = "training_state"
 TRAINING_STEP_FILE = "training_step.json"
 LOADER_STATE_VERSION = 1
@@ -180,6 +188,30 @@ def check_lerobot() -> str:
     return version
 
 
+LIST_FIELDS = ("repo_id", "root", "revision")
+"""``DatasetConfig`` fields a mixture gives as lists (``--dataset.repo_id='["OWNER/A","OWNER/B"]'``)."""
+
+
+def lerobot_list(flag: str, value: Any) -> Any:
+    """``value`` of a :data:`LIST_FIELDS` field as a list when it spells one, else unchanged.
+
+    LeRobot 0.6.1's parser reads ``--dataset.repo_id='["A","B"]'`` into its ``str`` field as the
+    Python text ``"['A', 'B']"`` (and saves that in ``train_config.json``): that text, or JSON, is a list.
+    """
+    if not isinstance(value, str) or not value.lstrip().startswith("["):
+        return value
+    try:
+        parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        try:
+            parsed = json.loads(value)
+        except ValueError as error:
+            raise ConfigError(f"{flag}={value!r} is not a valid list: {error}") from None
+    if not isinstance(parsed, list) or not all(item is None or isinstance(item, str) for item in parsed):
+        raise ConfigError(f'{flag}={value!r} must be a list of strings, one per dataset: \'["OWNER/A","OWNER/B"]\'')
+    return parsed
+
+
 def split_train_eval(
     episode_tasks: Sequence[Any], episodes: Iterable[int], eval_split: float
 ) -> tuple[list[int], list[int]]:
@@ -252,8 +284,7 @@ class StreamingTrainLoader:
             yield batch
 
     def _record(self, batch: dict[str, Any]) -> None:
-        pairs = [[int(e), int(f)] for e, f in zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=True)]
-        line = json.dumps({"rank": self.dataset.rank, "step": self.step, "samples": pairs})
+        line = json.dumps({"rank": self.dataset.rank, "step": self.step, "samples": sample_keys(batch)})
         with open(self.record, "a") as stream:  # type: ignore[arg-type]
             stream.write(line + "\n")
 
@@ -273,8 +304,10 @@ class TrainingSession:
     """The streaming side of one ``lerobot-nodes train`` process: the options, the dataset and its loader."""
 
     def __init__(self, streaming_options: dict[str, Any]) -> None:
-        StreamingConfig(**streaming_options)  # impossible values fail before LeRobot starts
-        self.streaming_options = dict(streaming_options)
+        options = dict(streaming_options)
+        self.rename_map: dict[str, dict[str, str]] | None = options.pop(RENAME_MAP_KEY, None)
+        StreamingConfig(**options)  # impossible values fail before LeRobot starts
+        self.streaming_options = options
         self.cfg: Any = None
         self.view: TrainerDataset | None = None
         self.loader: StreamingTrainLoader | None = None
@@ -289,13 +322,19 @@ class TrainingSession:
         from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
         from lerobot.datasets.factory import resolve_delta_timestamps
         from lerobot.transforms import ImageTransforms
-        from lerobot.utils.constants import IMAGENET_STATS
 
         self.cfg = cfg
-        if not isinstance(cfg.dataset.repo_id, str):
-            raise ConfigError("--dataset.repo_id must name one dataset: LeRobot does not train on several either")
         if int(cfg.num_workers) > 0:
             start_worker_context()  # forked before the dataset and the policy: workers need not import torch again
+        for name in LIST_FIELDS:
+            setattr(cfg.dataset, name, lerobot_list(f"--dataset.{name}", getattr(cfg.dataset, name)))
+        if is_mixture(cfg.dataset.repo_id, cfg.dataset.root):
+            return self._make_mixture(cfg)
+        if self.rename_map is not None:
+            raise ConfigError(
+                "--dataset.streaming_rename_map renames the features of a mixture's datasets: give "
+                "--dataset.repo_id as a list, '[\"OWNER/A\",\"OWNER/B\"]'"
+            )
         meta = LeRobotDatasetMetadata(
             cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision, repo_type=cfg.dataset.repo_type
         )
@@ -336,13 +375,7 @@ class TrainingSession:
                 tolerance_s=cfg.tolerance_s,
             )
             logger.info("train/eval split: %d streamed training episodes, %d held out", len(episodes), len(eval_episodes))
-        if cfg.dataset.use_imagenet_stats:  # as LeRobot's make_dataset does
-            for stats_of in (meta, *([eval_dataset.meta] if eval_dataset is not None else [])):
-                for key in stats_of.camera_keys:
-                    if key in getattr(stats_of, "depth_keys", ()):
-                        continue
-                    for stats_type, stats in IMAGENET_STATS.items():
-                        stats_of.stats[key][stats_type] = torch.tensor(stats, dtype=torch.float32)
+        self._use_imagenet_stats(cfg, (meta, *([eval_dataset.meta] if eval_dataset is not None else [])))
         self.view = TrainerDataset(dataset, meta)
         logger.info(
             "streaming %d episodes, %d frames with lerobot_nodes (seed %s, %s)",
@@ -350,6 +383,72 @@ class TrainingSession:
             ", ".join(f"{k}={v}" for k, v in dataset.config.as_dict().items()),
         )
         return self.view, eval_dataset
+
+    def _make_mixture(self, cfg: Any) -> tuple[TrainerDataset, None]:
+        """A mixture (``--dataset.repo_id='["A","B"]'``, LeRobot's list spelling, which its parser reads
+        as a list): one :class:`StreamingLeRobotDataset` over every dataset. The trainer's metadata is
+        LeRobot's ``LeRobotDatasetMetadata`` of the first dataset carrying the mixture's features (renamed,
+        the shared ones) and its stats aggregated over every dataset as LeRobot's ``aggregate_stats``
+        does, so the policy's normalisation covers the mixture."""
+        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+        from lerobot.datasets.factory import resolve_delta_timestamps
+        from lerobot.transforms import ImageTransforms
+
+        if cfg.dataset.eval_split:
+            raise ConfigError("--dataset.eval_split holds out episodes of one dataset: it is not supported for a mixture")
+        first = MixtureRequest.of(
+            cfg.dataset.repo_id, cfg.dataset.root, cfg.dataset.revision, cfg.dataset.repo_type
+        ).datasets[0]  # LeRobot's metadata of the first dataset holds the mixture's for the trainer
+        saved = self._saved_state(cfg)
+        rename_map = self.rename_map if self.rename_map is not None else (saved or {}).get(RENAME_MAP_KEY)
+        enabled = cfg.dataset.image_transforms.enable
+        dataset = StreamingLeRobotDataset(
+            cfg.dataset.repo_id,
+            root=cfg.dataset.root,
+            episodes=cfg.dataset.episodes,
+            image_transforms=ImageTransforms(cfg.dataset.image_transforms) if enabled else None,
+            tolerance_s=cfg.tolerance_s,
+            revision=cfg.dataset.revision,
+            max_num_shards=max(1, int(cfg.num_workers)),
+            seed=cfg.seed,
+            return_uint8=True,
+            repo_type=cfg.dataset.repo_type,
+            config=StreamingConfig(**self._options(cfg)),
+            rename_map=rename_map,
+        )
+        self.rename_map = rename_map
+        meta = LeRobotDatasetMetadata(first.repo_id, root=first.root, revision=first.revision, repo_type=first.repo_type)
+        mixture = dataset.meta
+        assert isinstance(mixture, MixtureMeta)
+        meta.info.features = {key: dict(feature) for key, feature in mixture.features.items()}
+        meta.info.total_episodes, meta.info.total_frames = mixture.total_episodes, mixture.total_frames
+        meta.stats = None if mixture.stats is None else {
+            key: {stat: np.asarray(value) for stat, value in values.items()} for key, values in mixture.stats.items()
+        }
+        apply_delta_timestamps(dataset, resolve_delta_timestamps(cfg.trainable_config, meta))
+        self._use_imagenet_stats(cfg, [meta])
+        self.view = TrainerDataset(dataset, meta)
+        logger.info(
+            "streaming a mixture of %d datasets, %d episodes, %d frames with lerobot_nodes (seed %s, %s): %s",
+            len(mixture.parts), dataset.num_episodes, dataset.num_frames, dataset.seed,
+            ", ".join(f"{k}={v}" for k, v in dataset.config.as_dict().items()),
+            ", ".join(f"[{i}] {name}" for i, name in enumerate(mixture.names)),
+        )
+        return self.view, None
+
+    @staticmethod
+    def _use_imagenet_stats(cfg: Any, metas: Iterable[Any]) -> None:
+        """ImageNet's stats for every camera but depth ones, when ``--dataset.use_imagenet_stats`` (as LeRobot's make_dataset)."""
+        from lerobot.utils.constants import IMAGENET_STATS
+
+        if not cfg.dataset.use_imagenet_stats:
+            return
+        for stats_of in metas:
+            for key in stats_of.camera_keys:
+                if key in getattr(stats_of, "depth_keys", ()):
+                    continue
+                for stats_type, stats in IMAGENET_STATS.items():
+                    stats_of.stats[key][stats_type] = torch.tensor(stats, dtype=torch.float32)
 
     def _options(self, cfg: Any) -> dict[str, Any]:
         """The streaming options: the flags given, else (on resume) those the checkpoint was made with."""
@@ -425,6 +524,7 @@ class TrainingSession:
             int(training_step.get("batch_size") or loader_batch_size(loader)),
             int(saved["num_workers"]) if saved else loader.num_workers,
             world_size=training_step.get("num_processes"),
+            identity=saved.get("dataset") if saved else None,  # the checkpointed run's worker split, and a check
         )
         return step
 
@@ -446,6 +546,7 @@ class TrainingSession:
             "seed": dataset.seed,
             "dataset": dataset.identity,
             "streaming": dataset.config.as_dict(),
+            RENAME_MAP_KEY: self.rename_map,  # not in LeRobot's train_config.json: a resumed mixture reads it here
             "dataloader": self.loader.state_dict(),
         }
         with atomic_write(folder / loader_state_file(dataset.rank)) as stream:

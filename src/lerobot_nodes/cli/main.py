@@ -338,7 +338,7 @@ def build_parser() -> ArgumentParser:
         "(or the checkpoint folder holding it): by step offset, batch size, world size and seed from the file when "
         "it has them, else from the flags",
     )
-    stream.add_argument("--record", default=None, metavar="FILE", help="append the (episode, frame) of every sample to FILE")
+    stream.add_argument("--record", default=None, metavar="FILE", help="append the (episode, frame) of every sample to FILE, (dataset_index, episode, frame) for a mixture")
     stream.add_argument("--quiet", action="store_true", help="no summary, progress bar or report")
     stream.set_defaults(handler=run_stream_command)
     inspect = commands.add_parser(

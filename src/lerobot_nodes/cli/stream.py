@@ -2,7 +2,8 @@
 
 It builds ``StreamingLeRobotDataset`` + ``StatefulDataLoader`` exactly as training does,
 consumes ``--steps`` batches with a progress bar, and can save a checkpoint and resume from
-it to show exact resume. ``--record`` writes the (episode, frame) of every consumed sample.
+it to show exact resume. ``--record`` writes the (episode, frame) of every consumed sample, and
+its dataset first when a mixture streams (``--dataset.repo_id='["OWNER/A","OWNER/B"]'``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..format.meta import load_meta
 from ..loader import shutdown_dataloader, start_worker_context, streaming_dataloader
 from ..map_style import MapStyleLeRobotDataset
 from ..resume.identity import check_identity
+from ..sample.assemble import SampleSpec
 from ..sources.resolve import open_source
 from ..workers.lifeline import GuardedWorkerInit
 from .console import plural
@@ -39,6 +41,7 @@ from .flags import (
     WINDOWS,
     with_defaults,
 )
+from .limits import ensure_open_file_limit
 from .signals import WORKERS_STOP_WITHIN_S, Stopped, raise_if_stopped
 
 CHECKPOINT_VERSION = 1
@@ -62,6 +65,33 @@ def policy_window(name: str, fps: int, video_keys: list[str], has_state: bool) -
             keys = [key]
         window.update({k: [i / fps for i in offsets] for k in keys})
     return window
+
+
+def apply_delta_timestamps(
+    dataset: StreamingLeRobotDataset, delta_timestamps: dict[str, list[float]] | None
+) -> None:
+    """Give an opened ``dataset`` its ``delta_timestamps``, before any iteration, checked as its constructor
+    checks them: for windows that depend on the opened metadata (a mixture's fps and shared cameras are
+    known only once every dataset is open), so no metadata is read twice."""
+    SampleSpec.from_meta(dataset.meta, delta_timestamps, dataset.tolerance_s, depth_output_unit=dataset.depth_output_unit)
+    dataset.delta_timestamps = None if delta_timestamps is None else dict(delta_timestamps)
+
+
+def use_policy_window(dataset: StreamingLeRobotDataset, window: str) -> None:
+    """Give ``dataset`` the ``--window`` policy window, from the metadata it opened."""
+    meta = dataset.meta
+    apply_delta_timestamps(
+        dataset, policy_window(window, meta.fps, meta.video_keys, "observation.state" in meta.features)
+    )
+
+
+def sample_keys(batch: dict[str, Any]) -> list[list[int]]:
+    """What ``--record`` writes per sample: ``[episode, frame]``, or ``[dataset_index, episode, frame]``
+    when the batch comes from a mixture (its samples carry ``dataset_index``)."""
+    columns = [batch["episode_index"].tolist(), batch["frame_index"].tolist()]
+    if "dataset_index" in batch:
+        columns.insert(0, batch["dataset_index"].tolist())
+    return [[int(value) for value in key] for key in zip(*columns, strict=True)]
 
 
 def describe_batch(batch: dict[str, Any]) -> str:
@@ -110,39 +140,58 @@ def run_stream(
     options = with_defaults(dataset_options, DATASET_FLAGS)
     training = with_defaults(training_options, TRAINING_FLAGS)
     batch_size, num_workers, steps = training["batch_size"], training["num_workers"], training["steps"]
+    ensure_open_file_limit(num_workers)
+    # Read before any worker process starts or dataset opens: an unusable checkpoint is one line at once.
+    checkpoint = load_checkpoint(resume) if resume and options["streaming"] else None
     root, repo_id = options["root"], options["repo_id"]
+    if num_workers > 0 and options["streaming"]:
+        start_worker_context()  # forked while this process is plain: before s3fs's thread (s3:// roots)
     if root is None and repo_id is None:
         root = str(ensure_demo_dataset())
-    source = open_source(root, repo_id=repo_id, revision=options["revision"], repo_type=options["repo_type"])
-    delta_timestamps = options["delta_timestamps"]
-    if delta_timestamps is None:
-        meta = load_meta(source)
-        delta_timestamps = policy_window(window, meta.fps, meta.video_keys, "observation.state" in meta.features)
+    mixture = isinstance(repo_id, list) or isinstance(root, list)
+    if window not in WINDOWS:  # before any dataset opens
+        raise ConfigError(f"--window must be one of {', '.join(WINDOWS)}, got {window!r}")
     common = {
-        "root": source,
-        "repo_id": repo_id,
         "episodes": options["episodes"],
-        "delta_timestamps": delta_timestamps,
+        "delta_timestamps": options["delta_timestamps"],
         "tolerance_s": options["tolerance_s"],
         "return_uint8": options["return_uint8"],
         "depth_output_unit": options["depth_output_unit"],
     }
     if not options["streaming"]:
-        return _run_map_style(common, batch_size, num_workers, steps, quiet)
+        if mixture:
+            raise ConfigError(
+                "--dataset.streaming=false reads one dataset map-style: a list --dataset.repo_id/--dataset.root "
+                "(a mixture) streams only"
+            )
+        source = open_source(root, repo_id=repo_id, revision=options["revision"], repo_type=options["repo_type"])
+        if common["delta_timestamps"] is None:
+            meta = load_meta(source)
+            common["delta_timestamps"] = policy_window(
+                window, meta.fps, meta.video_keys, "observation.state" in meta.features
+            )
+        return _run_map_style({**common, "root": source, "repo_id": repo_id}, batch_size, num_workers, steps, quiet)
 
-    checkpoint = load_checkpoint(resume) if resume else None
     if checkpoint is not None and int(checkpoint["step"]) >= steps:
         print(f"checkpoint is at step {checkpoint['step']}, --steps={steps} is already reached: nothing to stream")
         return 0
     seed = training["seed"]
     if checkpoint is not None and "seed" in checkpoint and "seed" not in training_options:
         seed = checkpoint["seed"]
-    if num_workers > 0:
-        start_worker_context()  # forked while this process is plain: workers need not import torch again
     dataset = StreamingLeRobotDataset(
-        **common, seed=seed, max_num_shards=max(1, num_workers), config=config
+        **common,
+        root=root,
+        repo_id=repo_id,
+        revision=options["revision"],
+        repo_type=options["repo_type"],
+        rename_map=options["streaming_rename_map"],
+        seed=seed,
+        max_num_shards=max(1, num_workers),
+        config=config,
     )
     try:
+        if common["delta_timestamps"] is None:
+            use_policy_window(dataset, window)
         _stream_steps(
             dataset, batch_size, num_workers, steps, training["log_freq"], checkpoint, save_checkpoint,
             checkpoint_every, record, quiet,
@@ -193,8 +242,7 @@ def _stream_steps(
                     if step == start_step + 1 and not quiet:
                         progress.write("first batch: " + describe_batch(batch))
                     if recorder is not None:
-                        pairs = list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=False))
-                        recorder.write(json.dumps({"step": step, "samples": pairs}) + "\n")
+                        recorder.write(json.dumps({"step": step, "samples": sample_keys(batch)}) + "\n")
                         recorder.flush()
                     report = dataset.metrics.report()
                     progress.set_postfix(samples_per_s=f"{report.samples_per_second:.1f}", refresh=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .flags import STREAMING_FLAGS, flags_help, split_streaming_flags
+from .flags import RENAME_MAP_FLAG, STREAMING_FLAGS, flags_help, split_streaming_flags
 
 USAGE = """usage: lerobot-nodes train [lerobot-train flags ...] [--dataset.streaming_* flags ...]
 
@@ -25,7 +25,7 @@ def run_train(argv: Sequence[str]) -> int:
     argv = list(argv)
     if "--help" in argv or "-h" in argv:
         print(USAGE)
-        print(flags_help({"streaming flags (lerobot_nodes)": STREAMING_FLAGS}))
+        print(flags_help({"streaming flags (lerobot_nodes)": (*STREAMING_FLAGS, RENAME_MAP_FLAG)}))
         print("\nLeRobot's lerobot-train flags:")
     streaming_options, rest = split_streaming_flags(argv)
     from .lerobot_train import run_lerobot_train

@@ -32,7 +32,7 @@ from torchdata.nodes import BaseNode
 from ..batch_memory.batch_slots import BatchPlace
 from ..batch_memory.recycled_storage import RecycledBatch, RecycledStorages
 from ..batch_memory.storage_views import tensors_in_one_storage, view_of
-from ..sample.batch_rows import PartialSample, gather_rows, row_layout
+from ..sample.batch_rows import PartialSample, dataset_indexes, gather_rows, row_layout
 
 
 def assembled_in_place(column: Sequence[torch.Tensor]) -> torch.Tensor | None:
@@ -118,6 +118,9 @@ def _completed(sample: PartialSample) -> dict[str, Any]:
     return dataclasses.replace(sample, cameras=cameras).complete()
 
 
+DATASET_INDEX_KEY = "dataset_index"
+
+
 def collate_partial_samples(samples: Sequence[PartialSample], shared: bool) -> dict[str, Any]:
     """:func:`collate_into_one_storage` of the completed samples, with the rows gathered per
     episode straight into the batch's storage (:mod:`lerobot_nodes.sample.batch_rows`); cameras
@@ -139,15 +142,21 @@ def collate_partial_samples(samples: Sequence[PartialSample], shared: bool) -> d
                 copied[key] = tensors
     specs = [(key, tensors[0].dtype, (count, *tensors[0].shape)) for key, tensors in copied.items()]
     specs += [(key, torch.from_numpy(np.empty(0, dtype)).dtype, shape) for key, dtype, shape in layout]
+    picks = [(sample.episode, sample.frame) for sample in samples]
+    datasets = dataset_indexes(picks)
+    if datasets is not None:
+        specs.append((DATASET_INDEX_KEY, torch.int64, (count,)))
     views = tensors_in_one_storage(specs, shared)
     batch: dict[str, Any] = {}
     for key, view in cameras.items():
         batch[key] = view if view is not None else torch.stack(copied[key], out=views[key])
     arrays = {key: views[key].numpy() for key, _, _ in layout}
-    tasks = gather_rows(first.spec, [(sample.episode, sample.frame) for sample in samples], arrays)
+    tasks = gather_rows(first.spec, picks, arrays)
     for key, _, _ in layout:
         batch[key] = views[key]
     batch["task"] = tasks
+    if datasets is not None:  # a mixture's batch: each sample's dataset_index, stacked as default_collate does
+        batch[DATASET_INDEX_KEY] = views[DATASET_INDEX_KEY].copy_(torch.tensor(datasets, dtype=torch.int64))
     return batch
 
 

@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..config import StreamingConfig
-from ..fetch.episode_fetch import EpisodeFetcher, default_index_provider, preferring_opened
+from ..fetch.mixture_fetch import open_episode_fetcher
 from ..format.meta import DatasetMeta
 from ..mp4.index import VideoIndex
 from ..nodes.pool_sampler import EpisodePoolSampler
-from ..nodes.sharder import max_workers_for_rank, rank_worker_split
+from ..nodes.sharder import CONTIGUOUS_SPLIT, max_workers_for_rank, rank_worker_split
 from ..sources import ByteSource
 from ..streaming_graph import (
     ReaderSlot,
@@ -31,7 +31,7 @@ from .planning import SamplerFactory, Topology
 
 @dataclass(frozen=True)
 class RankSchedule:
-    """What planning needs of the rank's plain schedule: its episodes, topology, seed and samplers."""
+    """What planning needs of the rank's plain schedule: its episodes, topology, seed, samplers and worker split."""
 
     episodes: Sequence[int]
     lengths: Sequence[int]
@@ -40,6 +40,9 @@ class RankSchedule:
     seed: int
     samplers: Callable[[int], SamplerFactory]
     """``world_size -> (rank, worker_id, num_workers) -> sampler``: plain schedules as the graph builds them."""
+    worker_split: str = CONTIGUOUS_SPLIT
+    """How the run splits a rank's episodes over its workers (``nodes.sharder.WORKER_SPLITS``): the
+    samplers replay it, and an elastic resume splits the remnant over the new workers the same way."""
 
     def workers_of_rank(self, old: Topology) -> Callable[[int], int]:
         """Workers each old rank really had: ``streaming_dataloader`` clamps them to the episodes it owns."""
@@ -59,21 +62,20 @@ def plain_samplers(
     samples: SampleOptions,
     seed: int,
     opened_indexes: Mapping[str, VideoIndex] | None = None,
+    worker_split: str = CONTIGUOUS_SPLIT,
 ) -> Callable[[int], SamplerFactory]:
     """``world_size -> (rank, worker_id, num_workers) -> sampler``: the plain schedules of ``world_size``
-    ranks over ``episodes`` as the graph builds them (``opened_indexes`` served as they are)."""
+    ranks over ``episodes`` as the graph builds them (``opened_indexes`` served as they are), each
+    rank's episodes split over its workers by ``worker_split`` (the checkpointed run's)."""
 
     def samplers(world_size: int) -> SamplerFactory:
         runs = SampleRuns()
         if meta.video_keys:
-            provider = default_index_provider(source, meta, config.streaming_sidecar_lock_timeout_s)
-            if opened_indexes:
-                provider = preferring_opened(provider, opened_indexes)
-            fetcher = EpisodeFetcher(
+            fetcher = open_episode_fetcher(
                 source,
                 meta,
                 episodes=episodes,
-                index_provider=provider,
+                opened_indexes=opened_indexes,
                 lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
             )
             runs = SampleRuns.of(config, meta, samples.spec(meta), fetcher)
@@ -82,7 +84,7 @@ def plain_samplers(
 
         @functools.cache
         def split(rank: int, num_workers: int) -> list[list[int]]:
-            return rank_worker_split(episodes, lengths, rank, world_size, num_workers, seed)
+            return rank_worker_split(episodes, lengths, rank, world_size, num_workers, seed, worker_split)
 
         def make(rank: int, worker_id: int, num_workers: int) -> EpisodePoolSampler:
             reader = ReaderSlot(rank, world_size, worker_id, num_workers)

@@ -19,6 +19,7 @@ from ..errors import ConfigError, MetadataError
 from ..format.depth import DEFAULT_DEPTH_UNIT, DepthQuantization, check_depth_unit, dequantize
 from ..format.episode_data import EpisodeData, image_value_to_tensor
 from ..format.meta import DatasetMeta
+from ..format.mixture import MixtureEpisodeData
 from .windows import check_delta_timestamps, delta_indices, pad_key, resolve_window
 
 VideoDecodeFn = Callable[[str, list[float]], Any]
@@ -147,27 +148,42 @@ def camera_frames(spec: SampleSpec, episode: EpisodeData, frame: int, decode_vid
     return frames
 
 
-def task_of(spec: SampleSpec, task_index: int, episode: int, frame: int) -> str:
-    """The task string of ``task_index``; a clear error naming the episode and frame when there is none."""
-    if not 0 <= task_index < len(spec.tasks):
+def episode_tasks(spec: SampleSpec, episode: EpisodeData) -> Sequence[str]:
+    """The task strings ``episode``'s ``task_index`` values name: its own dataset's in a mixture."""
+    return episode.tasks if isinstance(episode, MixtureEpisodeData) else spec.tasks
+
+
+def task_of(spec: SampleSpec, task_index: int, episode: int, frame: int, tasks: Sequence[str] | None = None) -> str:
+    """The task string of ``task_index`` in ``tasks`` (default ``spec.tasks``); a clear error naming
+    the episode and frame when there is none."""
+    tasks = spec.tasks if tasks is None else tasks
+    if not 0 <= task_index < len(tasks):
         raise MetadataError(
             f"episode {episode}, frame {frame}: task_index {task_index} is not in meta/tasks.parquet "
-            f"({len(spec.tasks)} tasks)"
+            f"({len(tasks)} tasks)"
         )
-    return spec.tasks[task_index]
+    return tasks[task_index]
+
+
+def dataset_index_of(episode: EpisodeData) -> int | None:
+    """The index of the dataset ``episode`` belongs to in a mixture (None outside one)."""
+    return episode.dataset_index if isinstance(episode, MixtureEpisodeData) else None
 
 
 def finish_sample(
     spec: SampleSpec, cameras: Mapping[str, Any], rows: Mapping[str, Any], episode: EpisodeData, frame: int
 ) -> dict[str, Any]:
     """The sample from its camera frames and :func:`row_values`: cameras first, image transforms
-    applied, ``task`` last."""
+    applied, then ``task`` (and in a mixture ``dataset_index``, int64) last."""
     item = {**cameras, **rows}
     if spec.image_transforms is not None:
         for key in spec.video_keys + spec.image_keys:
             if key not in spec.depth_keys:
                 item[key] = spec.image_transforms(item[key])
-    item["task"] = task_of(spec, int(item["task_index"]), episode.episode_index, frame)
+    item["task"] = task_of(spec, int(item["task_index"]), episode.episode_index, frame, episode_tasks(spec, episode))
+    dataset_index = dataset_index_of(episode)
+    if dataset_index is not None:  # last, as LeRobot's MultiLeRobotDataset adds it
+        item["dataset_index"] = torch.tensor(dataset_index)
     return item
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..format.episode_data import EpisodeData
-from .assemble import SampleSpec, finish_sample, row_values, task_of
+from .assemble import SampleSpec, dataset_index_of, episode_tasks, finish_sample, row_values, task_of
 from .windows import pad_key
 
 
@@ -93,8 +93,15 @@ def gather_rows(
         for key, key_offsets in offsets.items():
             wanted = frames[:, None] + key_offsets
             out[pad_key(key)][positions] = (wanted < 0) | (wanted > last)
+        names = episode_tasks(spec, episode)
         for position, frame, task_index in zip(
             position_list, frame_list, episode.arrays["task_index"][frames].tolist(), strict=True
         ):
-            tasks[position] = task_of(spec, task_index, episode.episode_index, frame)
+            tasks[position] = task_of(spec, task_index, episode.episode_index, frame, names)
     return tasks
+
+
+def dataset_indexes(picks: Sequence[tuple[EpisodeData, int]]) -> list[int] | None:
+    """Each pick's dataset in a mixture (None outside one): a batch's ``dataset_index`` column."""
+    found = [dataset_index_of(episode) for episode, _ in picks]
+    return None if any(index is None for index in found) else [int(index) for index in found]  # type: ignore[arg-type]

@@ -1,0 +1,340 @@
+"""A mixture of three datasets in one StreamingLeRobotDataset: coverage, parity, topology, resume, errors.
+
+The datasets: LeRobot's own AV1 and H.264 writes (local folders, 8 and 6 episodes; the H.264 one
+has an extra camera, ``left``), and a generated AV1 dataset served by the loopback Hub whose
+``front`` camera the rename map calls ``top``. Every sample must equal what the map-style reader
+returns for the dataset it came from (renamed, the extra camera dropped) plus its ``dataset_index``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import huggingface_hub.constants
+import pytest
+import torch
+
+from lerobot_nodes import MapStyleLeRobotDataset
+from lerobot_nodes.config import StreamingConfig
+from lerobot_nodes.dataset import StreamingLeRobotDataset
+from lerobot_nodes.errors import ConfigError
+from lerobot_nodes.format.mixture import MixtureMeta
+from lerobot_nodes.loader import streaming_dataloader
+from lerobot_nodes.sources import HubRepoSource, LocalSource
+from lerobot_nodes.testing import write_dataset
+from lerobot_nodes.testing.compare import assert_samples_equal
+from lerobot_nodes.testing.hub import LoopbackHub
+
+DATA = Path(__file__).parent / "data"
+AV1 = DATA / "lerobot-writer-tiny-av1"
+H264 = DATA / "lerobot-writer-tiny-h264"
+HUB_REPO = "lerobot-nodes/mixture-hub"
+NAMES = [HUB_REPO, "local/tiny-av1", "local/tiny-h264"]
+RENAME = {HUB_REPO: {"observation.images.front": "observation.images.top"}}
+WINDOW = {"action": [0.0, 1 / 30, 2 / 30], "observation.images.top": [-1 / 30, 0.0]}
+CONFIG = StreamingConfig(
+    streaming_episode_pool_size=2, streaming_prefetch_episodes=2, streaming_decode_threads=2
+)
+# A few episodes of each dataset: the topology and resume tests need every dataset, not every frame.
+FEW = {HUB_REPO: [0, 2], "local/tiny-av1": [1, 5], "local/tiny-h264": [0, 3, 4]}
+
+
+@pytest.fixture(scope="module")
+def hub_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shaped like the LeRobot-written ones (14-dim state and action, 96x128 cameras), its top camera named front."""
+    return write_dataset(
+        tmp_path_factory.mktemp("mixture") / "hub",
+        episode_lengths=[16, 9, 21, 12],
+        cameras=("observation.images.front", "observation.images.wrist"),
+        height=96,
+        width=128,
+        state_dim=14,
+        action_dim=14,
+        seed=4,
+    )
+
+
+@pytest.fixture
+def hub(hub_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True, raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    with LoopbackHub() as server:
+        server.add_dataset(HUB_REPO, hub_folder)
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        yield server
+
+
+def mixture(**kwargs: Any) -> StreamingLeRobotDataset:
+    options: dict[str, Any] = {
+        "repo_id": NAMES,
+        "root": [None, AV1, H264],
+        "rename_map": RENAME,
+        "delta_timestamps": WINDOW,
+        "return_uint8": True,
+        "seed": 5,
+        "config": CONFIG,
+    }
+    options.update(kwargs)
+    return StreamingLeRobotDataset(**options)
+
+
+def references(hub_folder: Path) -> list[MapStyleLeRobotDataset]:
+    """The map-style reader of each dataset, on its own names (the window of ``top`` on ``front``)."""
+    hub_window = {
+        "observation.images.front" if k == "observation.images.top" else k: v for k, v in WINDOW.items()
+    }
+    return [
+        MapStyleLeRobotDataset(root=hub_folder, delta_timestamps=hub_window, return_uint8=True),
+        MapStyleLeRobotDataset(root=AV1, delta_timestamps=WINDOW, return_uint8=True),
+        MapStyleLeRobotDataset(root=H264, delta_timestamps=WINDOW, return_uint8=True),
+    ]
+
+
+def expected_sample(
+    reference: MapStyleLeRobotDataset, dataset_index: int, index: int, order: list[str]
+) -> dict[str, Any]:
+    """What the mixture must deliver for frame ``index`` of dataset ``dataset_index``: the map-style
+    sample renamed, without the features the mixture drops, then ``dataset_index``; in the mixture's key order."""
+    renames = RENAME.get(NAMES[dataset_index], {})
+    renamed = {}
+    for key, value in reference[index].items():
+        is_pad = key.endswith("_is_pad")
+        base = key[: -len("_is_pad")] if is_pad else key
+        target = renames.get(base, base)
+        renamed[target + "_is_pad" if is_pad else target] = value
+    renamed.pop("observation.images.left", None)
+    renamed["dataset_index"] = torch.tensor(dataset_index)
+    assert set(renamed) == set(order), f"dataset {dataset_index}: {sorted(renamed)} != {sorted(order)}"
+    return {key: renamed[key] for key in order}
+
+
+def unbatched(batch: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{k: v[i] for k, v in batch.items()} for i in range(len(batch["index"]))]
+
+
+def keys_of(batch: dict[str, Any]) -> list[tuple[int, int]]:
+    return list(zip(batch["dataset_index"].tolist(), batch["index"].tolist(), strict=True))
+
+
+def sequence(loader: Any, batches: int) -> list[list[tuple[int, int]]]:
+    out = []
+    iterator = iter(loader)
+    for _ in range(batches):
+        try:
+            out.append(keys_of(next(iterator)))
+        except StopIteration:
+            iterator = iter(loader)
+            out.append(keys_of(next(iterator)))
+    return out
+
+
+def all_frames(dataset: StreamingLeRobotDataset) -> set[tuple[int, int]]:
+    """``(dataset_index, index)`` of every selected frame, from the parts' own metadata."""
+    meta = dataset.meta
+    assert isinstance(meta, MixtureMeta)
+    frames = set()
+    for episode in dataset.episodes:
+        part, local = meta.part_of(episode)
+        start, stop = meta.parts[part].episode_bounds(local)
+        frames |= {(part, i) for i in range(start, stop)}
+    return frames
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_every_frame_of_each_dataset_once_per_epoch_and_equal_to_its_map_style_sample(
+    hub, hub_folder, num_workers, caplog
+):
+    with caplog.at_level(logging.WARNING, logger="lerobot_nodes.mixture"):
+        dataset = mixture()
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert dropped == [
+        "features not shared by every dataset of the mixture are dropped "
+        "(local/tiny-h264: observation.images.left)"
+    ]
+    assert isinstance(dataset.source.parts[0], HubRepoSource)
+    assert all(isinstance(part, LocalSource) for part in dataset.source.parts[1:])
+    # The Hub dataset reads through the node's disk byte cache, the local folders never do.
+    assert dataset.source.byte_cache is dataset.source.parts[0].byte_cache is not None
+    assert all(part.byte_cache is None for part in dataset.source.parts[1:])
+    assert dataset.num_frames == 58 + 380 + 414 and dataset.num_episodes == 4 + 8 + 6
+    assert (
+        "observation.images.left" not in dataset.features
+        and "observation.images.front" not in dataset.features
+    )
+    readers = references(hub_folder)
+    wanted = all_frames(dataset)
+    loader = streaming_dataloader(dataset, batch_size=8, num_workers=num_workers)
+    for epoch in range(2):
+        seen: collections.Counter[tuple[int, int]] = collections.Counter()
+        for batch in loader:
+            assert batch["dataset_index"].dtype == torch.int64
+            for sample in unbatched(batch):
+                key = (int(sample["dataset_index"]), int(sample["index"]))
+                seen[key] += 1
+                if epoch == 0:
+                    expected = expected_sample(readers[key[0]], key[0], key[1], list(sample))
+                    assert_samples_equal(expected, sample, where=f"dataset {key[0]} frame {key[1]}")
+        assert set(seen) == wanted and set(seen.values()) == {1}, epoch
+    assert dataset.source.http_stats.requests == dataset.source.parts[0].http_stats.requests > 0
+
+
+def test_two_ranks_of_two_workers_are_disjoint_and_cover_the_mixture(hub):
+    shares = []
+    for rank in range(2):
+        dataset = mixture(episodes=FEW, rank=rank, world_size=2)
+        shares.append(
+            [key for batch in streaming_dataloader(dataset, 4, num_workers=2) for key in keys_of(batch)]
+        )
+    assert not set(shares[0]) & set(shares[1])
+    assert sorted(shares[0] + shares[1]) == sorted(all_frames(mixture(episodes=FEW)))
+    assert all({d for d, _ in share} for share in shares)
+
+
+def test_same_seed_same_order(hub):
+    first = sequence(streaming_dataloader(mixture(episodes=FEW), 4, 0), 12)
+    again = sequence(streaming_dataloader(mixture(episodes=FEW), 4, 0), 12)
+    other = sequence(streaming_dataloader(mixture(episodes=FEW, seed=6), 4, 0), 12)
+    assert first == again and first != other
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_resume_mid_epoch_gives_the_identical_remainder(hub, num_workers):
+    frames = len(all_frames(mixture(episodes=FEW)))
+    total = 2 * (frames // 4 + 2)  # about two epochs of batches of 4
+    reference = sequence(streaming_dataloader(mixture(episodes=FEW), 4, num_workers), total)
+    for stop in random.Random(num_workers).sample(range(1, total - 1), 2):
+        loader = streaming_dataloader(mixture(episodes=FEW), 4, num_workers, snapshot_every_n_steps=1)
+        head = []
+        iterator = iter(loader)
+        for _ in range(stop):
+            try:
+                head.append(keys_of(next(iterator)))
+            except StopIteration:
+                iterator = iter(loader)
+                head.append(keys_of(next(iterator)))
+        state = loader.state_dict()
+        resumed = streaming_dataloader(mixture(episodes=FEW), 4, num_workers, snapshot_every_n_steps=1)
+        resumed.load_state_dict(state)
+        assert head + sequence(resumed, total - stop) == reference, f"resume after {stop} batches"
+
+
+def test_resume_identity_covers_every_dataset_in_order(hub):
+    state = mixture(episodes=FEW).state_dict()
+    mixture(episodes=FEW).load_state_dict(state)  # the same mixture resumes
+    swapped = mixture(
+        repo_id=[NAMES[0], NAMES[2], NAMES[1]],
+        root=[None, H264, AV1],
+        episodes={HUB_REPO: [0, 2], "local/tiny-av1": [0, 3, 4], "local/tiny-h264": [1, 5]},
+    )
+    with pytest.raises(ConfigError, match="episode lengths"):
+        swapped.load_state_dict(state)
+    fewer = mixture(episodes={**FEW, "local/tiny-h264": [0, 3]})
+    with pytest.raises(ConfigError, match="episode selection"):
+        fewer.load_state_dict(state)
+
+
+def test_a_single_dataset_keeps_its_identity():
+    alone = StreamingLeRobotDataset(root=str(AV1), config=CONFIG)
+    assert alone.identity["source"] == str(AV1) and not isinstance(alone.meta, MixtureMeta)
+    assert "dataset_index" not in next(iter(alone))
+    listed = StreamingLeRobotDataset(root=[AV1], config=CONFIG)  # a list of one is a mixture
+    assert isinstance(listed.meta, MixtureMeta) and int(next(iter(listed))["dataset_index"]) == 0
+    assert listed.identity["episode_lengths"] == alone.identity["episode_lengths"]
+
+
+def test_episodes_dict_selects_per_dataset_and_names_unknown_datasets():
+    dataset = StreamingLeRobotDataset(root=[AV1, H264], episodes={str(H264): [1, 2]}, config=CONFIG)
+    assert dataset.episodes == list(range(8)) + [9, 10]
+    with pytest.raises(ConfigError, match=r"not datasets of this mixture"):
+        StreamingLeRobotDataset(root=[AV1, H264], episodes={"nope": [0]}, config=CONFIG)
+    with pytest.raises(ConfigError, match=r"\{dataset: \[episodes\]\} dict"):
+        StreamingLeRobotDataset(root=[AV1, H264], episodes=[0, 1], config=CONFIG)
+
+
+def test_fps_mismatch_is_one_line_naming_both_datasets(tmp_path):
+    other = write_dataset(tmp_path / "fps15", episode_lengths=[5, 6], fps=15, height=96, width=128)
+    with pytest.raises(ConfigError) as error:
+        StreamingLeRobotDataset(root=[AV1, other], config=CONFIG)
+    message = str(error.value)
+    assert "\n" not in message and str(AV1) in message and str(other) in message and "15 fps" in message
+
+
+def test_shapes_that_differ_after_renaming_are_one_line_naming_both_datasets(tmp_path):
+    small = write_dataset(
+        tmp_path / "small", episode_lengths=[5, 6], height=48, width=64, state_dim=14, action_dim=14
+    )
+    with pytest.raises(ConfigError) as error:
+        StreamingLeRobotDataset(root=[AV1, small], config=CONFIG)
+    message = str(error.value)
+    assert "\n" not in message and str(AV1) in message and str(small) in message
+    assert "'observation.images.top' has shape [96, 128, 3]" in message
+
+
+def test_rename_map_errors_name_the_dataset_and_the_feature():
+    with pytest.raises(ConfigError, match=r"rename_map for .*tiny-av1 renames \['observation.images.nope'\]"):
+        StreamingLeRobotDataset(
+            root=[AV1, H264], rename_map={str(AV1): {"observation.images.nope": "x"}}, config=CONFIG
+        )
+    with pytest.raises(ConfigError, match="not datasets of this mixture"):
+        StreamingLeRobotDataset(root=[AV1, H264], rename_map={"nope": {}}, config=CONFIG)
+    with pytest.raises(ConfigError, match="rename_map applies to a mixture"):
+        StreamingLeRobotDataset(root=AV1, rename_map={str(AV1): {}}, config=CONFIG)
+    with pytest.raises(ConfigError, match="aligned"):
+        StreamingLeRobotDataset(repo_id=["a", "b"], root=[AV1], config=CONFIG)
+
+
+def test_resume_from_a_step_is_exact_and_elastic_resume_delivers_the_rest_once(hub):
+    total = 12
+    reference = sequence(streaming_dataloader(mixture(episodes=FEW), 4, 2), total)
+    same = mixture(episodes=FEW)
+    same.resume_from_step(5, batch_size=4, num_workers=2, world_size=1, seed=5)
+    assert sequence(streaming_dataloader(same, 4, 2), total - 5) == reference[5:]
+    # Another topology (2 workers -> 0): the old schedules are replayed over the mixture's episodes,
+    # and the rest of the epoch comes once.
+    elastic = mixture(episodes=FEW)
+    elastic.resume_from_step(5, batch_size=4, num_workers=2, world_size=1, seed=5)
+    rest = [key for batch in streaming_dataloader(elastic, 4, 0) for key in keys_of(batch)]
+    head = [key for batch in reference[:5] for key in batch]
+    assert sorted(head + rest) == sorted(all_frames(mixture(episodes=FEW)))
+
+
+def test_one_root_holds_every_repo_id_as_in_lerobot_and_lists_need_a_mixture():
+    dataset = StreamingLeRobotDataset(repo_id=[AV1.name, H264.name], root=DATA, config=CONFIG)
+    assert [part.url for part in dataset.source.parts] == [LocalSource(AV1).url, LocalSource(H264).url]
+    assert dataset.meta.names == (AV1.name, H264.name) and dataset.num_frames == 380 + 414
+    with pytest.raises(ConfigError, match="revision or repo_type is a list"):
+        StreamingLeRobotDataset(root=AV1, revision=["main"], config=CONFIG)
+
+
+def test_the_mixture_source_routes_each_path_to_its_datasets_source():
+    from lerobot_nodes.sources.mixture import MixtureSource
+
+    parts = [LocalSource(AV1), LocalSource(H264)]
+    source = MixtureSource(parts)
+    assert source.url == f"mixture[{parts[0].url}, {parts[1].url}]" and source.revision is None
+    info = source.info("1/meta/info.json")
+    assert info.path == "1/meta/info.json" and info.size == parts[1].info("meta/info.json").size
+    assert source.read_file("0/meta/info.json") == (AV1 / "meta" / "info.json").read_bytes()
+    assert source.read_ranges("1/meta/info.json", [(0, 5), (2, 9)]) == parts[1].read_ranges(
+        "meta/info.json", [(0, 5), (2, 9)]
+    )
+    assert source.byte_identity("0/meta/info.json") == parts[0].byte_identity("meta/info.json")
+    listed = [f.path for f in source.list_files("1/meta/")]
+    assert listed == ["1/" + f.path for f in parts[1].list_files("meta/")]
+    everything = [f.path for f in source.list_files()]
+    assert len(everything) == len(parts[0].list_files()) + len(
+        parts[1].list_files()
+    ) and everything == sorted(everything)
+    for bad in ("meta/info.json", "2/meta/info.json"):
+        with pytest.raises(FileNotFoundError):
+            source.info(bad)
+    assert not hasattr(source, "http_stats")  # local folders only: nothing read over HTTP
