@@ -129,7 +129,7 @@ def test_lerobots_list_text_and_json_are_lists_and_anything_else_is_one_line():
     assert lerobot_list("--dataset.revision", "[None, 'v3.0']") == [None, "v3.0"]
     assert lerobot_list("--dataset.repo_id", "OWNER/A") == "OWNER/A"
     assert lerobot_list("--dataset.root", None) is None
-    with pytest.raises(ConfigError, match=r"^--dataset.repo_id=\"\['A', \" is not a valid list: "):
+    with pytest.raises(ConfigError, match=r"^--dataset.repo_id=\"\['A', \" is not a valid JSON list: "):
         lerobot_list("--dataset.repo_id", "['A', ")
-    with pytest.raises(ConfigError, match=r"^--dataset.root='\[1, 2\]' must be a list of strings"):
+    with pytest.raises(ConfigError, match=r"^--dataset.root='\[1, 2\]' must be a JSON list of strings"):
         lerobot_list("--dataset.root", "[1, 2]")

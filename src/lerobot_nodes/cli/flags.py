@@ -209,6 +209,11 @@ def parse_list(flag: str, text: str) -> list[str | None]:
         value = json.loads(text)
     except ValueError as exc:
         raise ConfigError(f"{flag}={text!r} is not a valid JSON list: {exc}") from None
+    return dataset_list(flag, text, value)
+
+
+def dataset_list(flag: str, text: str, value: Any) -> list[str | None]:
+    """``value``, parsed from ``text``, when it is a list of strings (or nulls), one per dataset of a mixture."""
     if not isinstance(value, list) or not all(item is None or isinstance(item, str) for item in value):
         raise ConfigError(f'{flag}={text!r} must be a JSON list of strings, one per dataset: \'["OWNER/A","OWNER/B"]\'')
     return value

@@ -57,6 +57,7 @@ from ..errors import ConfigError, LeRobotIncompatibleError
 from ..format.mixture import MixtureMeta
 from ..format.mixture_open import MixtureRequest, is_mixture
 from ..loader import loader_batch_size, shutdown_dataloader, start_worker_context, streaming_dataloader
+from .flags import dataset_list, parse_list
 from .stream import apply_delta_timestamps, sample_keys
 
 logger = logging.getLogger("lerobot_nodes.cli.lerobot_train")
@@ -203,13 +204,8 @@ def lerobot_list(flag: str, value: Any) -> Any:
     try:
         parsed = ast.literal_eval(value)
     except (ValueError, SyntaxError):
-        try:
-            parsed = json.loads(value)
-        except ValueError as error:
-            raise ConfigError(f"{flag}={value!r} is not a valid list: {error}") from None
-    if not isinstance(parsed, list) or not all(item is None or isinstance(item, str) for item in parsed):
-        raise ConfigError(f'{flag}={value!r} must be a list of strings, one per dataset: \'["OWNER/A","OWNER/B"]\'')
-    return parsed
+        return parse_list(flag, value)  # the JSON spelling, as lerobot-nodes stream reads it
+    return dataset_list(flag, value, parsed)
 
 
 def split_train_eval(
@@ -321,7 +317,6 @@ class TrainingSession:
     def make_datasets(self, cfg: Any) -> tuple[TrainerDataset, Any]:
         from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
         from lerobot.datasets.factory import resolve_delta_timestamps
-        from lerobot.transforms import ImageTransforms
 
         self.cfg = cfg
         if int(cfg.num_workers) > 0:
@@ -338,26 +333,12 @@ class TrainingSession:
         meta = LeRobotDatasetMetadata(
             cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision, repo_type=cfg.dataset.repo_type
         )
-        enabled = cfg.dataset.image_transforms.enable
         delta_timestamps = resolve_delta_timestamps(cfg.trainable_config, meta)
         episodes, eval_episodes = cfg.dataset.episodes, None
         if cfg.dataset.eval_split:
             selected = episodes if episodes is not None else range(meta.total_episodes)
             episodes, eval_episodes = split_train_eval(meta.episodes["tasks"], selected, cfg.dataset.eval_split)
-        dataset = StreamingLeRobotDataset(
-            cfg.dataset.repo_id,
-            root=cfg.dataset.root,
-            episodes=episodes,
-            image_transforms=ImageTransforms(cfg.dataset.image_transforms) if enabled else None,
-            delta_timestamps=delta_timestamps,
-            tolerance_s=cfg.tolerance_s,
-            revision=cfg.dataset.revision,
-            max_num_shards=max(1, int(cfg.num_workers)),
-            seed=cfg.seed,
-            return_uint8=True,
-            repo_type=cfg.dataset.repo_type,
-            config=StreamingConfig(**self._options(cfg)),
-        )
+        dataset = self._streaming_dataset(cfg, episodes, delta_timestamps=delta_timestamps)
         eval_dataset = None
         if eval_episodes is not None:
             # LeRobot evaluates held-out episodes map-style, streaming or not (make_train_eval_datasets).
@@ -384,29 +365,23 @@ class TrainingSession:
         )
         return self.view, eval_dataset
 
-    def _make_mixture(self, cfg: Any) -> tuple[TrainerDataset, None]:
-        """A mixture (``--dataset.repo_id='["A","B"]'``, LeRobot's list spelling, which its parser reads
-        as a list): one :class:`StreamingLeRobotDataset` over every dataset. The trainer's metadata is
-        LeRobot's ``LeRobotDatasetMetadata`` of the first dataset carrying the mixture's features (renamed,
-        the shared ones) and its stats aggregated over every dataset as LeRobot's ``aggregate_stats``
-        does, so the policy's normalisation covers the mixture."""
-        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
-        from lerobot.datasets.factory import resolve_delta_timestamps
+    def _streaming_dataset(
+        self,
+        cfg: Any,
+        episodes: Any,
+        delta_timestamps: Any = None,
+        rename_map: Any = None,
+    ) -> StreamingLeRobotDataset:
+        """The training dataset as LeRobot's ``make_dataset`` would build it from ``cfg``, streaming."""
         from lerobot.transforms import ImageTransforms
 
-        if cfg.dataset.eval_split:
-            raise ConfigError("--dataset.eval_split holds out episodes of one dataset: it is not supported for a mixture")
-        first = MixtureRequest.of(
-            cfg.dataset.repo_id, cfg.dataset.root, cfg.dataset.revision, cfg.dataset.repo_type
-        ).datasets[0]  # LeRobot's metadata of the first dataset holds the mixture's for the trainer
-        saved = self._saved_state(cfg)
-        rename_map = self.rename_map if self.rename_map is not None else (saved or {}).get(RENAME_MAP_KEY)
         enabled = cfg.dataset.image_transforms.enable
-        dataset = StreamingLeRobotDataset(
+        return StreamingLeRobotDataset(
             cfg.dataset.repo_id,
             root=cfg.dataset.root,
-            episodes=cfg.dataset.episodes,
+            episodes=episodes,
             image_transforms=ImageTransforms(cfg.dataset.image_transforms) if enabled else None,
+            delta_timestamps=delta_timestamps,
             tolerance_s=cfg.tolerance_s,
             revision=cfg.dataset.revision,
             max_num_shards=max(1, int(cfg.num_workers)),
@@ -416,6 +391,24 @@ class TrainingSession:
             config=StreamingConfig(**self._options(cfg)),
             rename_map=rename_map,
         )
+
+    def _make_mixture(self, cfg: Any) -> tuple[TrainerDataset, None]:
+        """A mixture (``--dataset.repo_id='["A","B"]'``, LeRobot's list spelling, which its parser reads
+        as a list): one :class:`StreamingLeRobotDataset` over every dataset. The trainer's metadata is
+        LeRobot's ``LeRobotDatasetMetadata`` of the first dataset carrying the mixture's features (renamed,
+        the shared ones) and its stats aggregated over every dataset as LeRobot's ``aggregate_stats``
+        does, so the policy's normalisation covers the mixture."""
+        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+        from lerobot.datasets.factory import resolve_delta_timestamps
+
+        if cfg.dataset.eval_split:
+            raise ConfigError("--dataset.eval_split holds out episodes of one dataset: it is not supported for a mixture")
+        first = MixtureRequest.of(
+            cfg.dataset.repo_id, cfg.dataset.root, cfg.dataset.revision, cfg.dataset.repo_type
+        ).datasets[0]  # LeRobot's metadata of the first dataset holds the mixture's for the trainer
+        saved = self._saved_state(cfg)
+        rename_map = self.rename_map if self.rename_map is not None else (saved or {}).get(RENAME_MAP_KEY)
+        dataset = self._streaming_dataset(cfg, cfg.dataset.episodes, rename_map=rename_map)
         self.rename_map = rename_map
         meta = LeRobotDatasetMetadata(first.repo_id, root=first.root, revision=first.revision, repo_type=first.repo_type)
         mixture = dataset.meta

@@ -19,7 +19,7 @@ import logging
 import operator
 import re
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -599,20 +599,25 @@ def _table_from_arrays(
         int(offsets[-1]) != len(ids) or (len(ids) and int(ids.max()) >= len(extra["task_names"]))
     ):
         return None
+    return _table_of(arrays, EpisodeTasks(offsets, ids, extra["task_names"]), video_keys)
+
+
+def _table_of(columns: Mapping[str, np.ndarray], tasks: EpisodeTasks, video_keys: Sequence[str]) -> EpisodeTable:
+    """The table of the per-episode ``columns`` (named as the ``meta/episodes`` Parquet names them)."""
     return EpisodeTable(
-        episode_index=arrays["episode_index"],
-        length=arrays["length"],
-        dataset_from_index=arrays["dataset_from_index"],
-        dataset_to_index=arrays["dataset_to_index"],
-        data_chunk_index=arrays["data/chunk_index"],
-        data_file_index=arrays["data/file_index"],
-        tasks=EpisodeTasks(offsets, ids, extra["task_names"]),
+        episode_index=columns["episode_index"],
+        length=columns["length"],
+        dataset_from_index=columns["dataset_from_index"],
+        dataset_to_index=columns["dataset_to_index"],
+        data_chunk_index=columns["data/chunk_index"],
+        data_file_index=columns["data/file_index"],
+        tasks=tasks,
         videos={
             key: VideoSpans(
-                chunk_index=arrays[f"videos/{key}/chunk_index"],
-                file_index=arrays[f"videos/{key}/file_index"],
-                from_timestamp=arrays[f"videos/{key}/from_timestamp"],
-                to_timestamp=arrays[f"videos/{key}/to_timestamp"],
+                chunk_index=columns[f"videos/{key}/chunk_index"],
+                file_index=columns[f"videos/{key}/file_index"],
+                from_timestamp=columns[f"videos/{key}/from_timestamp"],
+                to_timestamp=columns[f"videos/{key}/to_timestamp"],
             )
             for key in video_keys
         },
@@ -637,24 +642,7 @@ def _parse_episodes(source: ByteSource, video_keys: Sequence[str], files: Sequen
             f"meta/episodes rows must be ordered by episode_index 0..N-1: row {bad} holds episode "
             f"{int(episode_index[bad])} (files {', '.join(f.path for f in files)})"
         )
-    table = EpisodeTable(
-        episode_index=episode_index,
-        length=merged["length"],
-        dataset_from_index=merged["dataset_from_index"],
-        dataset_to_index=merged["dataset_to_index"],
-        data_chunk_index=merged["data/chunk_index"],
-        data_file_index=merged["data/file_index"],
-        tasks=tasks,
-        videos={
-            key: VideoSpans(
-                chunk_index=merged[f"videos/{key}/chunk_index"],
-                file_index=merged[f"videos/{key}/file_index"],
-                from_timestamp=merged[f"videos/{key}/from_timestamp"],
-                to_timestamp=merged[f"videos/{key}/to_timestamp"],
-            )
-            for key in video_keys
-        },
-    )
+    table = _table_of(merged, tasks, video_keys)
     _check_episode_rows(table)
     return table
 
