@@ -2,7 +2,9 @@
 
 For each dataset, each setting and each worker count, one fresh process streams ``--batches``
 batches (ACT window: ``action`` over 50 frames, cameras at offset 0; batch 32; the epochs one after
-another) through ``StreamingLeRobotDataset`` + ``streaming_dataloader`` and prints one JSON line:
+another) through ``StreamingLeRobotDataset`` + ``streaming_dataloader``, reads one byte of every
+page of each batch's camera frames (as a training step reads its batch: the pages of a batch that
+crosses from a worker are mapped on first read), and prints one JSON line:
 distinct episodes per batch and same-episode pairs within 5 frames / one GOP next to a uniform
 shuffle of the same selection (``dataset.metrics.report().mixing``), steady samples/s (batches
 2..N) and the process tree's CPU milliseconds per steady sample (the figure that survives a
@@ -11,7 +13,8 @@ loaded machine), decoded per delivered frame, the decoded frames kept (peak), th
 sampled every 50 ms).
 
 Settings: ``today`` (one open run: the schedule before issue 24, forced with ``MAX_OPEN_RUNS = 1``),
-``pairs`` (``streaming_gop_runs=false``), and the open-run counts the decoded-frame budget gives
+``pairs`` (``streaming_gop_runs=false``), ``per_worker`` (the defaults but
+``streaming_batches_across_workers=false``: each batch from one worker, the loader before), and the open-run counts the decoded-frame budget gives
 (``--budgets``, MB per rank; ``default`` is 1024). Datasets are written by
 ``lerobot_nodes.testing.write_dataset`` under ``--data`` (see :func:`ensure_datasets`).
 
@@ -53,6 +56,28 @@ RECIPES: dict[str, dict[str, Any]] = {
         "codec": "h264",
         "video_files_size_in_mb": 2.0,
         "seed": 0,
+    },
+    # libx265 with B-frames at GOP 60, 3 cameras 480x640, 8 episodes of 120 frames, several files.
+    "hevc-g60": {
+        "episode_lengths": [120] * 8,
+        "cameras": CAMERAS_3,
+        "height": 480,
+        "width": 640,
+        "codec": "hevc",
+        "gop": 60,
+        "video_files_size_in_mb": 2.0,
+        "seed": 2,
+    },
+    # libx264 with B-frames at GOP 60, 2 cameras 240x320, 24 episodes of 60..180 frames, several files.
+    "h264-g60": {
+        "episode_lengths": [60 + 5 * (i % 25) for i in range(24)],
+        "cameras": CAMERAS_3[:2],
+        "height": 240,
+        "width": 320,
+        "codec": "h264",
+        "gop": 60,
+        "video_files_size_in_mb": 1.0,
+        "seed": 3,
     },
 }
 
@@ -101,6 +126,8 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
     flags: dict[str, Any] = {}
     if config["setting"] == "pairs":
         flags["streaming_gop_runs"] = False
+    if config["setting"] == "per_worker":
+        flags["streaming_batches_across_workers"] = False
     if config.get("budget_mb"):
         flags["streaming_decoded_frame_budget_mb"] = float(config["budget_mb"])
     if config["num_workers"] > 0:
@@ -129,9 +156,12 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
     loader = streaming_dataloader(
         dataset, 32, config["num_workers"], **({"prefetch_factor": 2} if config["num_workers"] else {})
     )
+    cameras = list(dataset.meta.camera_keys)
     batches, samples, first_at = 0, 0, None
     while batches < config["batches"]:
         for batch in dataset.metrics.timed(loader):
+            for key in cameras:  # read one byte of every page, as a training step reads its batch
+                batch[key].view(-1)[::4096].sum()
             batches += 1
             if batches == 1:
                 first_at, first_cpu = time.perf_counter(), common.tree_cpu(os.getpid())
@@ -148,6 +178,7 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
     result = {
         **{k: config[k] for k in ("dataset", "setting", "budget_mb", "num_workers")},
         "open_runs": 1 if config["setting"] in ("today", "pairs") else open_runs,
+        "batches_across_workers": dataset.batches_across_workers,
         "batches": batches,
         "samples_per_s": samples / elapsed if elapsed > 0 else None,
         # CPU time of the whole tree per steady sample: what samples/s is on an idle machine's cores.
@@ -175,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--datasets", nargs="+", default=list(RECIPES))
     parser.add_argument(
-        "--settings", nargs="+", default=["today", "default"], help="today, pairs, default, or MB"
+        "--settings", nargs="+", default=["today", "default"], help="today, pairs, per_worker, default, or MB"
     )
     parser.add_argument("--workers", nargs="+", type=int, default=[0, 2])
     parser.add_argument("--batches", type=int, default=120)
@@ -192,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.datasets:
             for setting in args.settings:
                 for workers in args.workers:
-                    named = setting in ("today", "pairs", "default")
+                    named = setting in ("today", "pairs", "per_worker", "default")
                     config = {
                         "dataset": name,
                         "root": str(roots[name]),

@@ -71,7 +71,9 @@ CACHE = Path(os.environ.get("LRN_PEERS_CACHE", "/dev/shm/lerobot-nodes-peers"))
 BUCKET = "peers"
 FPS_WINDOW = 50  # ACT: action over 50 frames
 BATCH_SIZE = 32
-LOADERS = ("ours", "mds-jpeg", "mds-raw", "litdata")
+LOADERS = ("ours", "ours-per-worker", "mds-jpeg", "mds-raw", "litdata")
+OURS = ("ours", "ours-per-worker")
+"""``ours-per-worker``: this package with ``streaming_batches_across_workers=false`` (a batch from one worker)."""
 FORMATS = ("mds-jpeg", "mds-raw", "litdata")
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -320,10 +322,10 @@ def build_loader(config: dict[str, Any]) -> tuple[Any, Any]:
     import torch
 
     loader, workers, where = config["loader"], config["num_workers"], config["where"]
-    if loader == "ours":
+    if loader in OURS:
         from lerobot_nodes import StreamingConfig, StreamingLeRobotDataset, streaming_dataloader
 
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"streaming_batches_across_workers": loader == "ours"}
         if where == "s3":
             options["streaming_disk_cache_dir"] = config["cache_dir"]
         dataset = StreamingLeRobotDataset(
@@ -412,7 +414,7 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import torch  # noqa: F401  (imports are part of the "imports" PSS figure)
 
-    if config["loader"] == "ours":
+    if config["loader"] in OURS:
         # The lazy exports resolved here (torchdata, PyAV, pyarrow, ...), as the peers' packages
         # are imported whole: the first batch times construction, not imports.
         from lerobot_nodes import StreamingConfig, StreamingLeRobotDataset, streaming_dataloader  # noqa: F401
@@ -457,7 +459,7 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
         "cpu_ms_per_sample": 1e3 * cpu / samples if samples else None,
         "batch_mb": sum(v.nbytes for v in last.values() if hasattr(v, "nbytes")) / 1e6,
     }
-    if config["loader"] == "ours":
+    if config["loader"] in OURS:
         report = dataset.metrics.report()
         result["peak_decoded_mb"] = report.peak_decoded_bytes / 1e6
         result["decoded_budget_mb"] = report.decoded_budget_bytes / 1e6
@@ -472,7 +474,7 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
         uniform_pairs_within_5_pct=100 * mixing.uniform_near_pairs,
     )
     result.update(frame_check(last, config))
-    if config["loader"] == "ours":
+    if config["loader"] in OURS:
         from lerobot_nodes.loader import shutdown_dataloader
 
         shutdown_dataloader(loader)
@@ -694,7 +696,7 @@ def run(args: argparse.Namespace) -> int:
                 "seed": args.seed,
                 "batches": args.batches,
             }
-            stores: dict[str, Path] = {"ours": root}
+            stores: dict[str, Path] = {"ours": root, "ours-per-worker": root}
             formats = [fmt for fmt in FORMATS if fmt in args.loaders]
             target = DATA / "converted" / name
             stamp_file = target / "conversion.json"

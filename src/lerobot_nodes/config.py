@@ -56,6 +56,13 @@ class StreamingConfig:
     ``streaming_decoded_frame_budget_mb`` bounds the decoded frames the video decoders keep
     between samples (least recently used dropped first); a smaller budget only costs decoding.
 
+    ``streaming_batches_across_workers`` (default on): with two or more DataLoader workers, every
+    batch holds a part from each worker (each worker assembles ``batch_size / num_workers``
+    samples of its own pool, the training process joins one part of each), so a batch draws on
+    all of the rank's resident episodes, as with ``num_workers=0``; off, a batch comes from one
+    worker's pool (the order before). The training process then copies each batch once
+    (``lerobot_nodes.batch_memory.worker_parts``).
+
     ``streaming_disk_cache_gb`` bounds the node-local disk cache of remote byte ranges
     (``lerobot_nodes.sources.range_cache``): unset, the smaller of 50 GB and a quarter of the
     free space where it lives; ``0`` turns it off. ``streaming_disk_cache_dir`` is where it lives
@@ -76,6 +83,7 @@ class StreamingConfig:
     streaming_decoded_queue_size: int = 8
     streaming_decoded_frame_budget_mb: float = DEFAULT_DECODED_FRAME_BUDGET_MB
     streaming_gop_runs: bool = True
+    streaming_batches_across_workers: bool = True
     video_decoder_cache_size: int | None = None
     streaming_native_http_connections: int | None = None
     streaming_native_http_subranges: int = 1
@@ -101,6 +109,11 @@ class StreamingConfig:
         _check_positive_float("streaming_decoded_frame_budget_mb", self.streaming_decoded_frame_budget_mb)
         if not isinstance(self.streaming_gop_runs, bool):
             raise ConfigError(f"--dataset.streaming_gop_runs must be true or false, got {self.streaming_gop_runs!r}")
+        if not isinstance(self.streaming_batches_across_workers, bool):
+            raise ConfigError(
+                "--dataset.streaming_batches_across_workers must be true or false, "
+                f"got {self.streaming_batches_across_workers!r}"
+            )
         _check_int("video_decoder_cache_size", self.video_decoder_cache_size, minimum=1, optional=True)
         _check_int(
             "streaming_native_http_connections", self.streaming_native_http_connections, minimum=1, optional=True

@@ -26,7 +26,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT
-from .config import StreamingConfig, resolve_seed
+from .config import StreamingConfig, resolve_seed, split_evenly
 from .errors import ConfigError
 from .format.dataset_properties import LeRobotDatasetProperties
 from .format.depth import DEFAULT_DEPTH_UNIT
@@ -36,7 +36,13 @@ from .format.mixture_open import MixtureRequest, RootArgument, is_mixture, open_
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
 from .nodes.sharder import max_workers_for_rank, rank_episodes, worker_episodes
-from .resume.identity import check_identity, dataset_identity, with_worker_split, worker_split_of
+from .resume.identity import (
+    batches_across_workers_of,
+    check_identity,
+    dataset_identity,
+    with_worker_split,
+    worker_split_of,
+)
 from .resume.orchestrator import PlainEpochs, ResumeOrchestrator
 from .resume.planning import StepCheckpoint, Topology, WorkerStart
 from .resume.schedules import RankSchedule, plain_samplers
@@ -137,7 +143,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     one shared-memory segment per batch) instead of samples; use it with ``batch_size=None``
     in the DataLoader. ``streaming_dataloader`` sets it. Batches are what a DataLoader with
     ``batch_size`` would build from the same reader: each worker's samples in order, the
-    epoch's last batch of a worker shorter.
+    epoch's last batch of a worker shorter. ``batches_across_workers`` (``streaming_dataloader``
+    sets it to the worker count when ``streaming_batches_across_workers`` is on): each worker
+    yields parts of ``batch_size / batches_across_workers`` samples instead, which the loader
+    joins one per worker into a batch (``lerobot_nodes.batch_memory.worker_parts``).
     """
 
     def __init__(
@@ -212,6 +221,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         # (``prefetch_factor`` + 2; set by streaming_dataloader): how many camera segments a
         # worker keeps for reuse (lerobot_nodes.batch_memory.recycled_storage).
         self.batches_in_flight = DEFAULT_BATCHES_IN_FLIGHT
+        # Workers whose parts the loader joins into each batch (1: a batch comes from one worker).
+        self.batches_across_workers = 1
         self.seed = resolve_seed(seed)
         detected_rank, detected_world = get_rank_and_world_size()
         self.rank = detected_rank if rank is None else int(rank)
@@ -340,13 +351,12 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 multiprocessing.util.Finalize(None, _close_if_alive, args=(weakref.ref(self),), exitpriority=100)
         for source in listed_sources(self.source):
             source.set_http_options(http_options(self.config, num_workers))
+        schedule_worker = worker_id if start is None else start.schedule_worker
         return build_streaming_graph(
             self.source,
             self.meta,
             self.episodes,
-            reader=ReaderSlot(
-                self.rank, self.world_size, worker_id if start is None else start.schedule_worker, num_workers
-            ),
+            reader=ReaderSlot(self.rank, self.world_size, schedule_worker, num_workers),
             config=self.config,
             schedule=ScheduleStart(
                 seed=self.seed,
@@ -358,11 +368,22 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             samples=self._sample_options(transforms_on_consumer=num_workers == 0),
             batches=None
             if self.batch_size is None
-            else BatchOptions(self.batch_size, shared_memory=num_workers > 0, batches_in_flight=self.batches_in_flight),
+            else BatchOptions(
+                self._part_size(schedule_worker, num_workers),
+                shared_memory=num_workers > 0,
+                batches_in_flight=self.batches_in_flight,
+            ),
             services=GraphServices(
                 opened_indexes=self._indexes, metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS)
             ),
         )
+
+    def _part_size(self, schedule_worker: int, num_workers: int) -> int:
+        """Samples per batch this worker assembles: the batch size, or its share of a batch joined across workers."""
+        assert self.batch_size is not None
+        if self.batches_across_workers <= 1 or num_workers <= 1:
+            return self.batch_size
+        return split_evenly(self.batch_size, self.batches_across_workers, schedule_worker)
 
     def _sample_options(self, transforms_on_consumer: bool = False) -> SampleOptions:
         return SampleOptions(
@@ -377,7 +398,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     def _ensure_graph(self, epoch: int = 0, start: WorkerStart | None = None) -> StreamingGraph:
         """The graph of this reader: its own schedule from ``epoch``, or ``start``'s first epoch."""
         worker_id, num_workers = self._physical_topology()
-        key = (worker_id, num_workers, start, self.batch_size)
+        key = (worker_id, num_workers, start, self.batch_size, self.batches_across_workers)
         if self._graph is None or self._graph_key != key:
             self.close()
             if (start is None or not start.elastic) and max(1, num_workers) > self.max_workers:
@@ -511,8 +532,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         ``identity`` (the checkpointed dataset's :attr:`identity`, when the checkpoint has it) is
         checked first: another dataset, episode selection, sampling strategy, pool size or byte
         budget cannot be honoured (the replay would not be the old schedule) and is a ``ConfigError``;
-        its worker split is adopted (:attr:`worker_split`). Without ``identity`` the step is replayed
-        with this version's worker split.
+        its worker split is adopted (:attr:`worker_split`), and whether its batches joined a part of
+        every worker tells how its steps map to each worker's samples. Without ``identity`` the step
+        is replayed with this version's worker split and this run's ``streaming_batches_across_workers``.
         """
         if identity is not None:
             check_identity(dict(identity), self.identity)
@@ -520,7 +542,12 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         old_world = self.world_size if world_size is None else int(world_size)
         if seed is not None and resolve_seed(seed) != self.seed:
             self.seed = resolve_seed(seed)
-        checkpoint = StepCheckpoint(int(step), int(batch_size), Topology(old_world, int(num_workers)))
+        across = (
+            batches_across_workers_of(identity) if identity is not None else self.config.streaming_batches_across_workers
+        )
+        checkpoint = StepCheckpoint(
+            int(step), int(batch_size), Topology(old_world, int(num_workers)), across_workers=across
+        )
         self.close()
         self._resume.from_step(checkpoint)
 

@@ -10,6 +10,7 @@ within a bound. Nothing here changes which samples a loader yields.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import multiprocessing
 import multiprocessing.context
@@ -19,8 +20,10 @@ import threading
 import weakref
 from typing import Any
 
+from .batch_memory.worker_parts import JoinedParts
 from .dataset import StreamingLeRobotDataset
 from .errors import ConfigError
+from .resume.identity import with_batches_across_workers
 from .workers.lifeline import GuardedWorkerInit
 from .workers.logs import WorkerLogRelay
 from .workers.main_guard import fail_missing_guard, missing_guard_message, unguarded_main_line
@@ -41,6 +44,12 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     ``collate_fn`` other than ``default_collate``, or ``drop_last=True``, keeps the batching in
     the DataLoader (per-sample hand-off, as before).
 
+    With two or more workers and ``streaming_batches_across_workers`` (the default), each worker
+    assembles parts of ``batch_size / num_workers`` samples and the loader joins one part of each
+    worker into every batch (:class:`~lerobot_nodes.batch_memory.worker_parts.JoinedParts`), so a
+    batch draws on every worker's episodes; with ``pin_memory`` the joined batch is allocated pinned
+    and the DataLoader does not pin the parts.
+
     ``num_workers`` is clamped to what the rank can feed (with a warning); workers persist
     across epochs so the streaming order moves on to the next epoch. Workers (and the
     forkserver) end within about a second of the training process, however it ends: the
@@ -55,6 +64,15 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     num_workers = dataset.clamp_num_workers(num_workers)
     in_reader = kwargs.get("collate_fn") in (None, default_collate) and not kwargs.get("drop_last", False)
     dataset.batch_size = int(batch_size) if in_reader else None
+    across = (
+        in_reader
+        and num_workers > 1
+        and dataset.config.streaming_batches_across_workers
+        and int(batch_size) >= num_workers
+    )
+    dataset.batches_across_workers = num_workers if across else 1
+    dataset.identity = with_batches_across_workers(dataset.identity, across)
+    pin_parts = bool(across and kwargs.pop("pin_memory", False))
     options: dict[str, Any] = {"num_workers": num_workers, "shuffle": False}
     if in_reader:
         kwargs.pop("collate_fn", None)
@@ -74,7 +92,10 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
         check_main_guard(context)
         relay = WorkerLogRelay(context)
         prefetch_factor = kwargs.pop("prefetch_factor", 4)
-        dataset.batches_in_flight = (prefetch_factor or 2) + 2
+        # A part is released as soon as it is joined (the batch is a copy): the parts in flight and
+        # one waiting for the other workers' parts (measured: 72 % reused, 41 % without it); a whole
+        # batch is also held by the training step, and while it fetches the next.
+        dataset.batches_in_flight = (prefetch_factor or 2) + (1 if across else 2)
         options.update(
             persistent_workers=True,
             prefetch_factor=prefetch_factor,
@@ -82,11 +103,36 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
             worker_init_fn=GuardedWorkerInit(relay.worker_init_fn(kwargs.pop("worker_init_fn", None))),
         )
     options.update(kwargs)
-    loader = StatefulDataLoader(dataset, **options)
+    loader = (
+        _joining_loader_class()(dataset, parts=num_workers, pin_parts=pin_parts, **options)
+        if across
+        else StatefulDataLoader(dataset, **options)
+    )
     if relay is not None:
         relay.close_with(loader)
         _LOG_RELAYS[loader] = relay
     return loader
+
+
+@functools.cache
+def _joining_loader_class() -> type:
+    """``StatefulDataLoader`` whose iterator joins one part of each worker into a batch (defined on
+    first use: torchdata is imported only when a loader is built)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    class JoiningStatefulDataLoader(StatefulDataLoader):  # type: ignore[misc]
+        """Batches of ``parts`` consecutive worker parts (:class:`JoinedParts`); the state is the
+        DataLoader's own, read between batches, so at a batch boundary."""
+
+        def __init__(self, *args: Any, parts: int, pin_parts: bool = False, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.parts = parts
+            self.pin_parts = pin_parts
+
+        def __iter__(self) -> Any:
+            return JoinedParts(super().__iter__(), self.parts, pin_memory=self.pin_parts)
+
+    return JoiningStatefulDataLoader
 
 
 def loader_batch_size(loader: Any) -> int:

@@ -21,6 +21,7 @@ def test_defaults_follow_the_spec():
     assert config.streaming_native_http_subranges == 1
     assert config.streaming_sidecar_lock_timeout_s == 1800
     assert config.streaming_index_concurrency is None
+    assert config.streaming_batches_across_workers is True
     assert config.max_num_shards == 16
     assert resolve_seed(None) == 42 and resolve_seed(7) == 7
 
@@ -44,6 +45,7 @@ def test_defaults_follow_the_spec():
         ("streaming_index_concurrency", 0, "^--dataset.streaming_index_concurrency must be >= 1, got 0$"),
         ("streaming_index_concurrency", 2.5, "streaming_index_concurrency must be an integer or unset"),
         ("streaming_decode_threads", True, "must be an integer"),
+        ("streaming_batches_across_workers", "yes", "^--dataset.streaming_batches_across_workers must be true or false"),
     ],
 )
 def test_impossible_values_are_config_errors(field, value, message):

@@ -14,10 +14,19 @@ from lerobot_nodes.loader import shutdown_dataloader, streaming_dataloader, work
 
 WINDOW = {"action": [0.0, 1 / 30, 2 / 30], "observation.images.top": [-1 / 30, 0.0]}
 CONFIG = StreamingConfig(streaming_episode_pool_size=2, streaming_prefetch_episodes=2, streaming_decode_threads=2)
+PER_WORKER = StreamingConfig(**{**CONFIG.as_dict(), "streaming_batches_across_workers": False})
 
 
-def _dataset(root):
-    return StreamingLeRobotDataset(root=root, delta_timestamps=WINDOW, return_uint8=True, seed=9, config=CONFIG)
+def _dataset(root, config=CONFIG):
+    return StreamingLeRobotDataset(root=root, delta_timestamps=WINDOW, return_uint8=True, seed=9, config=config)
+
+
+def _joined(parts: list[dict]) -> dict:
+    """What the loader makes of consecutive worker parts: the parts' rows in order."""
+    return {
+        key: torch.cat([part[key] for part in parts]) if isinstance(value, torch.Tensor) else [v for part in parts for v in part[key]]
+        for key, value in parts[0].items()
+    }
 
 
 def _assert_batches_equal(got: dict, expected: dict) -> None:
@@ -29,17 +38,22 @@ def _assert_batches_equal(got: dict, expected: dict) -> None:
             assert got[key] == value, key
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_an_epoch_of_batches_equals_the_per_sample_loader_and_map_style(small_dataset, num_workers):
-    ours_dataset, theirs_dataset = _dataset(small_dataset), _dataset(small_dataset)
+@pytest.mark.parametrize(("num_workers", "across"), [(0, True), (2, False), (2, True)])
+def test_an_epoch_of_batches_equals_the_per_sample_loader_and_map_style(small_dataset, num_workers, across):
+    # Across workers, a batch is one part of each worker: what a per-sample DataLoader with a batch
+    # size of batch_size / num_workers yields, two consecutive batches joined.
+    config = CONFIG if across else PER_WORKER
+    ours_dataset, theirs_dataset = _dataset(small_dataset, config), _dataset(small_dataset, config)
     batched = streaming_dataloader(ours_dataset, batch_size=6, num_workers=num_workers)
     assert batched.batch_size is None and loader_batch_size(batched) == 6
     options = {"multiprocessing_context": worker_context()} if num_workers else {}
-    per_sample = StatefulDataLoader(theirs_dataset, batch_size=6, num_workers=num_workers, **options)
+    joined = num_workers if across and num_workers > 1 else 1
+    per_sample = StatefulDataLoader(theirs_dataset, batch_size=6 // joined, num_workers=num_workers, **options)
     reference = MapStyleLeRobotDataset(root=small_dataset, delta_timestamps=WINDOW, return_uint8=True)
     starts = {e: reference.meta.episode_bounds(e)[0] for e in reference.episodes}
     try:
-        ours, theirs = list(batched), list(per_sample)
+        ours, parts = list(batched), list(per_sample)
+        theirs = [_joined(parts[i : i + joined]) for i in range(0, len(parts), joined)]
         assert len(ours) == len(theirs)
         delivered = 0
         for got, expected in zip(ours, theirs, strict=True):
@@ -64,7 +78,7 @@ def test_an_epoch_of_batches_equals_the_per_sample_loader_and_map_style(small_da
 
 def test_a_batch_crosses_from_a_worker_as_two_shared_segments(small_dataset):
     # The cameras, decoded straight into their batch, and the other keys, collated into one storage.
-    loader = streaming_dataloader(_dataset(small_dataset), batch_size=4, num_workers=2)
+    loader = streaming_dataloader(_dataset(small_dataset, PER_WORKER), batch_size=4, num_workers=2)
     try:
         batch = next(iter(loader))
         cameras = [key for key in batch if key.startswith("observation.images.") and not key.endswith("_is_pad")]
@@ -77,6 +91,21 @@ def test_a_batch_crosses_from_a_worker_as_two_shared_segments(small_dataset):
         assert all(batch[key].untyped_storage().is_shared() for key in batch if key not in cameras and isinstance(batch[key], torch.Tensor))
         assert len(tensors) > len(cameras)
         assert batch["observation.images.top"].shape[:2] == (4, 2)
+    finally:
+        shutdown_dataloader(loader)
+
+
+def test_a_batch_across_workers_is_one_storage_of_the_training_process(small_dataset):
+    # Each worker's part crosses as its segments; the loader copies the parts once into one storage.
+    dataset = _dataset(small_dataset)
+    loader = streaming_dataloader(dataset, batch_size=4, num_workers=2)
+    try:
+        assert dataset.batches_across_workers == 2 and dataset.identity["batches_across_workers"] is True
+        batch = next(iter(loader))
+        storages = {t.untyped_storage().data_ptr() for t in batch.values() if isinstance(t, torch.Tensor)}
+        assert len(storages) == 1
+        assert not batch["observation.images.top"].untyped_storage().is_shared()
+        assert batch["observation.images.top"].shape[:2] == (4, 2) and len(batch["task"]) == 4
     finally:
         shutdown_dataloader(loader)
 
@@ -100,24 +129,31 @@ def _digest(batch: dict) -> list:
     ]
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_recycled_storages_never_change_a_batch_still_held(small_dataset, num_workers):
+@pytest.mark.parametrize(("num_workers", "across"), [(0, True), (2, False), (2, True)])
+def test_recycled_storages_never_change_a_batch_still_held(small_dataset, num_workers, across):
     # A batch's camera storage is written again once the training process released it (by a
     # worker, or by the graph in the training process itself with num_workers=0). Most
     # batches here are dropped on receipt (their storages are recycled); every third is kept to
     # the end of the epoch and must still hold what it held on receipt, and every batch must
     # equal that of a run that holds every batch (nothing released, nothing recycled).
-    reference_dataset = _dataset(small_dataset)
+    # Across workers, the parts are the recycled storages and the joined batch is a copy.
+    config = CONFIG if across else PER_WORKER
+    reference_dataset = _dataset(small_dataset, config)
     reference = streaming_dataloader(reference_dataset, batch_size=4, num_workers=num_workers)
     try:
         held = [list(reference), list(reference)]  # two epochs, each in its own order
         expected = [[_digest(batch) for batch in epoch] for epoch in held]
         report = reference_dataset.metrics.report()
-        assert report.batch_segments_reused == 0 and report.batch_segments_created == sum(map(len, expected))
+        # One segment per batch; across workers one per worker part, released once joined (a copy).
+        parts = report.batch_segments_created + report.batch_segments_reused
+        if num_workers == 0 or not across:
+            assert report.batch_segments_reused == 0 and parts == sum(map(len, expected))
+        else:
+            assert parts > sum(map(len, expected))
         del held
     finally:
         shutdown_dataloader(reference)
-    dataset = _dataset(small_dataset)
+    dataset = _dataset(small_dataset, config)
     loader = streaming_dataloader(dataset, batch_size=4, num_workers=num_workers)  # workers: prefetch_factor 4, 7 kept
     try:
         for epoch in range(2):
@@ -134,7 +170,7 @@ def test_recycled_storages_never_change_a_batch_still_held(small_dataset, num_wo
             for _position, batch, received in kept:
                 _assert_digests_equal(_digest(batch), received)
         report = dataset.metrics.report()
-        total = sum(map(len, expected))
+        total = parts
         assert report.batch_segments_created + report.batch_segments_reused == total
         if num_workers == 0:
             # In one process releases and takes happen on the training thread in the same order every run (52 of 84).

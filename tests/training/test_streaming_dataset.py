@@ -91,7 +91,7 @@ def test_stateful_dataloader_resume_is_exact(small_dataset, num_workers):
 def test_resume_from_a_step_offset_is_exact(small_dataset, num_workers):
     total = 60
     reference = _sequence(streaming_dataloader(_dataset(small_dataset), 4, num_workers), total)
-    for step in (7, 45):
+    for step in (7, 40, 41, 45):  # 40 and 41: an epoch's last batches, where a worker's epoch ends first
         dataset = _dataset(small_dataset)
         dataset.resume_from_step(step, batch_size=4, num_workers=num_workers, world_size=1, seed=5)
         tail = _sequence(streaming_dataloader(dataset, 4, num_workers), total - step)

@@ -11,7 +11,11 @@ have one. The source address is recorded for the message only; it never holds cr
 The worker split (how a rank's episodes are split over its DataLoader workers) is recorded
 too, but adopted rather than compared: a resumed run keeps splitting as its checkpoint did, and
 a state without it was written before the contiguous split existed, so it resumes with the
-``scattered`` split of those versions (:func:`worker_split_of`).
+``scattered`` split of those versions (:func:`worker_split_of`). So is whether a batch held a
+part of every worker (``streaming_batches_across_workers``): neither compared nor adopted, it
+tells a step resume how the checkpointed run's steps map to each worker's samples; a state
+without it was written before batches across workers, when a batch came from one worker
+(:func:`batches_across_workers_of`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ logger = logging.getLogger("lerobot_nodes.dataset")
 SOURCE = "source"
 REVISION = "revision"
 WORKER_SPLIT = "worker_split"
+BATCHES_ACROSS_WORKERS = "batches_across_workers"
 COMPARED: dict[str, str] = {
     "total_frames": "total frames",
     "fps": "fps",
@@ -93,6 +98,7 @@ def dataset_identity(
         "byte_budget_gb": config.streaming_byte_budget_gb,
         "gop_runs": config.streaming_gop_runs,
         WORKER_SPLIT: check_worker_split(worker_split),
+        BATCHES_ACROSS_WORKERS: config.streaming_batches_across_workers,
     }
 
 
@@ -103,6 +109,17 @@ def worker_split_of(identity: Mapping[str, Any] | None) -> str:
     if identity is None or identity.get(WORKER_SPLIT) is None:
         return SCATTERED_SPLIT
     return check_worker_split(str(identity[WORKER_SPLIT]))
+
+
+def batches_across_workers_of(identity: Mapping[str, Any] | None) -> bool:
+    """Whether the run with this identity joined a part of every worker into each batch: the recorded
+    setting, or ``False`` for an identity without one (versions before batches across workers)."""
+    return bool(identity is not None and identity.get(BATCHES_ACROSS_WORKERS))
+
+
+def with_batches_across_workers(identity: Mapping[str, Any], across: bool) -> dict[str, Any]:
+    """``identity`` recording whether the loader joins a part of every worker into each batch."""
+    return {**identity, BATCHES_ACROSS_WORKERS: bool(across)}
 
 
 def with_worker_split(identity: Mapping[str, Any], worker_split: str) -> dict[str, Any]:

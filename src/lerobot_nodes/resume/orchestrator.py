@@ -191,18 +191,22 @@ def _started(planned: StepPlanned, schedule: RankSchedule, worker_id: int, num_w
     return assign_remnant(planned.remnant, new, schedule.rank, worker_id, schedule.seed, schedule.worker_split)
 
 
-def _checkpoint_state(checkpoint: StepCheckpoint) -> dict[str, int]:
+def _checkpoint_state(checkpoint: StepCheckpoint) -> dict[str, int | bool]:
     return {
         "step": checkpoint.step,
         "batch_size": checkpoint.batch_size,
         "world_size": checkpoint.topology.world_size,
         "num_workers": checkpoint.topology.num_workers,
+        "across_workers": checkpoint.across_workers,
     }
 
 
 def _checkpoint_from_state(state: Mapping[str, Any]) -> StepCheckpoint:
     return StepCheckpoint(
-        int(state["step"]), int(state["batch_size"]), Topology(int(state["world_size"]), int(state["num_workers"]))
+        int(state["step"]),
+        int(state["batch_size"]),
+        Topology(int(state["world_size"]), int(state["num_workers"])),
+        across_workers=bool(state.get("across_workers", False)),  # states before batches across workers: False
     )
 
 

@@ -6,7 +6,9 @@ batch size, world size, ``--num_workers``, seed) holds none; this module derives
 
 1. :func:`resume_point` -- per worker of a rank, the samples delivered after ``step`` batches.
    ``StatefulDataLoader`` (and ``DataLoader``) take batches from the workers in turn (w0, w1,
-   ..., skipping workers whose epoch is over), each batch from one worker.
+   ..., skipping workers whose epoch is over), each batch from one worker; or, with batches
+   across workers (``streaming_batches_across_workers``), parts of ``batch_size / num_workers``
+   in that order, ``num_workers`` consecutive parts to a batch.
 2. :func:`replay_worker` / :func:`replay_checkpoint` -- the old schedules replayed to those
    offsets with the pool sampler's own code (``EpisodePoolSampler.state_after``): arithmetic on
    sharder and sampler states, nothing fetched or decoded.
@@ -28,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..config import split_evenly
 from ..nodes.pool_sampler import EpisodePoolSampler
 from ..nodes.sharder import (
     CONTIGUOUS_SPLIT,
@@ -52,23 +55,38 @@ def batches_per_epoch(samples: int, batch_size: int) -> int:
     return math.ceil(samples / batch_size)
 
 
-def worker_offsets(step: int, batch_size: int, worker_samples: Sequence[int]) -> list[WorkerOffset]:
-    return resume_point(step, batch_size, worker_samples)[0]
+def worker_offsets(
+    step: int, batch_size: int, worker_samples: Sequence[int], *, across_workers: bool = False
+) -> list[WorkerOffset]:
+    return resume_point(step, batch_size, worker_samples, across_workers=across_workers)[0]
 
 
-def resume_point(step: int, batch_size: int, worker_samples: Sequence[int]) -> tuple[list[WorkerOffset], int]:
+def resume_point(
+    step: int, batch_size: int, worker_samples: Sequence[int], *, across_workers: bool = False
+) -> tuple[list[WorkerOffset], int]:
     """The position of every worker of one rank after the rank consumed ``step`` batches.
 
     ``worker_samples[w]`` is the number of samples worker ``w`` yields per epoch (one entry
     for ``num_workers=0``). Epochs restart from worker 0, as a new DataLoader iterator does.
-    Also returns the worker that yields the next batch (batch number ``step``).
+    Also returns the worker that yields the next batch (batch number ``step``), or with
+    ``across_workers`` the next part.
+
+    ``across_workers``: worker ``w`` yields parts of ``split_evenly(batch_size, workers, w)``
+    samples and a batch joins ``workers`` consecutive parts (an epoch's last joins what is left).
     """
     if step < 0 or batch_size < 1:
         raise ValueError(f"step must be >= 0 and batch_size >= 1, got step={step}, batch_size={batch_size}")
     if not worker_samples or any(n < 1 for n in worker_samples):
         raise ValueError(f"every worker needs at least one sample per epoch, got {list(worker_samples)}")
-    per_worker = [batches_per_epoch(n, batch_size) for n in worker_samples]
-    epoch, remainder = divmod(step, sum(per_worker))
+    workers = len(worker_samples)
+    joined = across_workers and workers > 1
+    sizes = [split_evenly(batch_size, workers, w) if joined else batch_size for w in range(workers)]
+    per_worker = [batches_per_epoch(n, size) for n, size in zip(worker_samples, sizes, strict=True)]
+    if joined:
+        epoch, batches = divmod(step, math.ceil(sum(per_worker) / workers))
+        remainder = batches * workers
+    else:
+        epoch, remainder = divmod(step, sum(per_worker))
     taken = [0] * len(per_worker)
     worker = 0
     for _ in range(remainder):
@@ -79,8 +97,8 @@ def resume_point(step: int, batch_size: int, worker_samples: Sequence[int]) -> t
     while taken[worker] >= per_worker[worker]:
         worker = (worker + 1) % len(per_worker)
     offsets = [
-        WorkerOffset(epoch=epoch, samples=min(count * batch_size, samples))
-        for count, samples in zip(taken, worker_samples, strict=True)
+        WorkerOffset(epoch=epoch, samples=min(count * size, samples))
+        for count, size, samples in zip(taken, sizes, worker_samples, strict=True)
     ]
     return offsets, worker
 
@@ -117,12 +135,14 @@ class Topology:
 class StepCheckpoint:
     """A LeRobot-style checkpoint: every rank consumed ``step`` batches of ``batch_size`` in ``topology``.
 
+    ``across_workers``: each batch joined a part of every worker (``streaming_batches_across_workers``).
     The arithmetic assumes the run read plain epochs in one topology from step 0.
     """
 
     step: int
     batch_size: int
     topology: Topology
+    across_workers: bool = False
 
     def __post_init__(self) -> None:
         if self.step < 0 or self.batch_size < 1:
@@ -181,7 +201,9 @@ def rank_samplers(
 def offsets_of(checkpoint: StepCheckpoint, rank: int, samplers: Sequence[EpisodePoolSampler]) -> RankOffsets:
     """The per-worker offsets of old rank ``rank`` (:func:`resume_point` over its workers' epoch sizes)."""
     samples = [sampler.source.num_frames for sampler in samplers]
-    offsets, next_worker = resume_point(checkpoint.step, checkpoint.batch_size, samples)
+    offsets, next_worker = resume_point(
+        checkpoint.step, checkpoint.batch_size, samples, across_workers=checkpoint.across_workers
+    )
     return RankOffsets(rank=rank, offsets=tuple(offsets), next_worker=next_worker)
 
 
