@@ -237,7 +237,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
         self.metrics = StreamingMetrics(self.counters)
         self._graph: StreamingGraph | None = None
-        self._graph_key: tuple[int, int, WorkerStart | None, int | None] | None = None
+        self._graph_key: tuple[int, int, WorkerStart | None, int | None, int] | None = None
         # Where the next iter() starts after a resume (lerobot_nodes.resume.orchestrator).
         self._resume = ResumeOrchestrator()
 
