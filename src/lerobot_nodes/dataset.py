@@ -26,7 +26,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT
-from .config import StreamingConfig, resolve_seed
+from .config import BAD_EPISODES_SKIP, StreamingConfig, resolve_seed
+from .dataset_doctor import BadEpisodes, open_checked
 from .errors import ConfigError
 from .format.dataset_properties import LeRobotDatasetProperties
 from .format.depth import DEFAULT_DEPTH_UNIT
@@ -36,7 +37,13 @@ from .format.mixture_open import MixtureRequest, RootArgument, is_mixture, open_
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
 from .nodes.sharder import max_workers_for_rank, rank_episodes, worker_episodes
-from .resume.identity import check_identity, dataset_identity, with_worker_split, worker_split_of
+from .resume.identity import (
+    check_identity,
+    dataset_identity,
+    with_skipped,
+    with_worker_split,
+    worker_split_of,
+)
 from .resume.orchestrator import PlainEpochs, ResumeOrchestrator
 from .resume.planning import StepCheckpoint, Topology, WorkerStart
 from .resume.schedules import RankSchedule, plain_samplers
@@ -130,8 +137,17 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     selected episodes exactly once; the same seed gives the same order; a state saved by
     ``StatefulDataLoader`` (or :meth:`state_dict`) resumes exactly where it was taken.
     Construction raises :class:`MetadataError` when the MP4s of this rank's episodes
-    contradict the metadata (``lerobot_nodes.video_checks``), before any worker starts; every
-    rank checks its own episodes, so the ranks together check every selected episode.
+    contradict the metadata (``lerobot_nodes.video_checks``) or a file they need is missing
+    (files only other episodes need do not matter), before any worker starts; every rank checks
+    its own episodes, so the ranks together check every selected episode.
+
+    ``bad_episodes`` (``config.streaming_bad_episodes``; this argument overrides it): ``"raise"``
+    as above, or ``"skip"``: this rank runs ``inspect``'s checks on its own episodes
+    (``dataset_doctor.open_checked``) and leaves the bad ones out of its schedule after the rank
+    split, before the worker split (the other ranks' episodes do not change); :attr:`skipped`
+    holds them by kind, the metrics report lists them, the resume identity records them. Every
+    other selected frame is still yielded exactly once per epoch. Errors found while decoding
+    mid-epoch still stop the epoch (``skip`` covers what the open finds).
 
     ``batch_size``: iterating yields whole batches collated in the reader (a DataLoader worker:
     one shared-memory segment per batch) instead of samples; use it with ``batch_size=None``
@@ -161,12 +177,15 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         depth_output_unit: str = DEFAULT_DEPTH_UNIT,
         batch_size: int | None = None,
         rename_map: Mapping[str, Mapping[str, str]] | None = None,
+        bad_episodes: str | None = None,
     ) -> None:
         super().__init__()
         exit_if_reimporting_main()  # a worker running an unguarded training script again: one line, not a crash
         # The DataLoader workers' server, forked now while this process may be (before s3fs's or our threads).
         start_before_threads(filesystem_modules(root))
         config = config or StreamingConfig()
+        if bad_episodes is not None:
+            config = dataclasses.replace(config, streaming_bad_episodes=bad_episodes)
         if max_num_shards is not None:
             config = dataclasses.replace(config, max_num_shards=max(1, int(max_num_shards)))
         self.config = config
@@ -174,6 +193,11 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.source: ByteSource
         self.meta: DatasetMeta
         if is_mixture(repo_id, root):
+            if config.streaming_bad_episodes == BAD_EPISODES_SKIP:
+                raise ConfigError(
+                    "--dataset.streaming_bad_episodes=skip reads one dataset; a mixture opens with raise (check each "
+                    "dataset with `lerobot-nodes inspect` and select its good episodes)"
+                )
             self.source, self.meta, self.episodes = open_mixture(
                 MixtureRequest.of(repo_id, root, revision, repo_type), episodes, rename_map, token=token,
                 http=http_options(config, 1),
@@ -199,7 +223,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 self.source.use_byte_cache(
                     byte_cache_from_options(config.streaming_disk_cache_gb, config.streaming_disk_cache_dir)
                 )
-            self.meta = load_meta(self.source, repo_id=single_repo)
+            # The files are checked for this rank's episodes only (_open_indexes), not for every episode.
+            self.meta = load_meta(self.source, repo_id=single_repo, check_files=False)
             self.episodes = select_episodes(self.meta, episodes)
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else None
         self.tolerance_s = tolerance_s
@@ -221,10 +246,15 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         SampleSpec.from_meta(self.meta, self.delta_timestamps, tolerance_s, depth_output_unit=depth_output_unit)
         # What a saved state is checked against on load: the dataset, the selection, the schedule settings.
         self.identity = dataset_identity(self.source.url, self.source.revision, self.meta, self.episodes, config)
-        self.max_workers = max_workers_for_rank(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
+        self.skipped = BadEpisodes()
+        """This rank's episodes left out as bad (``bad_episodes="skip"``), by kind; empty with ``raise``."""
         self._indexes: dict[str, VideoIndex] | None = self._open_indexes()
+        self.max_workers = max_workers_for_rank(
+            self.episodes, self._lengths(), self.rank, self.world_size, self.seed, self.excluded
+        )
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
         self.metrics = StreamingMetrics(self.counters)
+        self.metrics.set_skipped(self.skipped.lines())
         self._graph: StreamingGraph | None = None
         self._graph_key: tuple[int, int, WorkerStart | None, int | None] | None = None
         # Where the next iter() starts after a resume (lerobot_nodes.resume.orchestrator).
@@ -250,15 +280,37 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         try:
             if isinstance(self.meta, MixtureMeta) and isinstance(self.source, MixtureSource):
                 return self._open_mixture_indexes(self.source, self.meta, episodes, workers)
-            indexes = open_video_indexes(
-                self.source, self.meta, self.meta.video_files(episodes),
-                lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s, build_workers=workers,
-            )
+
+            def open_strict(paths: list[str]) -> dict[str, VideoIndex]:
+                return open_video_indexes(
+                    self.source, self.meta, paths,
+                    lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s, build_workers=workers,
+                )
+
+            skip = self.config.streaming_bad_episodes == BAD_EPISODES_SKIP
+            indexes, self.skipped = open_checked(self.meta, episodes, self.tolerance_s, open_strict, skip=skip)
         finally:
             for source in listed:
                 source.set_http_options(http_options(self.config, 1))
-        check_video_metadata(self.meta, indexes, episodes, self.tolerance_s)
+        if skip:
+            self._note_skipped(len(episodes))
         return indexes
+
+    def _note_skipped(self, owned: int) -> None:
+        """Log the skipped episodes (one warning per kind), record them in the identity; refuse a rank left with none."""
+        self.identity = with_skipped(self.identity, self.skipped.episodes.tolist())
+        for line in self.skipped.lines():
+            logger.warning("--dataset.streaming_bad_episodes=skip: rank %d leaves out %s", self.rank, line)
+        if len(self.skipped) >= owned:
+            raise ConfigError(
+                f"--dataset.streaming_bad_episodes=skip left rank {self.rank} no episode: all {owned} of its episodes "
+                f"are bad ({'; '.join(self.skipped.lines())}); `lerobot-nodes inspect` lists every problem"
+            )
+
+    @property
+    def excluded(self) -> frozenset[int]:
+        """The episodes this rank leaves out of its schedule (:attr:`skipped`)."""
+        return frozenset(int(e) for e in self.skipped.episodes.tolist())
 
     def _open_mixture_indexes(
         self, source: MixtureSource, meta: MixtureMeta, episodes: Sequence[int], workers: int
@@ -354,6 +406,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 assigned=None if start is None else start.assigned,
                 carried=None if start is None else start.carried_map(),
                 worker_split=self.worker_split,
+                excluded=self.excluded,
             ),
             samples=self._sample_options(transforms_on_consumer=num_workers == 0),
             batches=None
@@ -536,12 +589,14 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
 
     def _rank_schedule(self) -> RankSchedule:
         """This rank's plain schedules, what a step resume is planned against."""
+        skip = self.config.streaming_bad_episodes == BAD_EPISODES_SKIP
         samplers = plain_samplers(
             self.source, self.meta, self.episodes, self.config, self._sample_options(), self.seed, self._indexes,
-            worker_split=self.worker_split,
+            worker_split=self.worker_split, excluded={self.rank: self.excluded} if skip else None,
         )
         return RankSchedule(
-            self.episodes, self._lengths(), self.rank, self.world_size, self.seed, samplers, self.worker_split
+            self.episodes, self._lengths(), self.rank, self.world_size, self.seed, samplers, self.worker_split,
+            excluded=self.excluded if skip else None,
         )
 
     @property
@@ -558,7 +613,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             sum(
                 int(self.meta.episodes.length[e])
                 for e in worker_episodes(
-                    self.episodes, lengths, self.rank, self.world_size, w, num_workers, self.seed, self.worker_split
+                    self.episodes, lengths, self.rank, self.world_size, w, num_workers, self.seed, self.worker_split,
+                    self.excluded,
                 )
             )
             for w in range(max(1, num_workers))
