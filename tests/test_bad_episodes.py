@@ -17,8 +17,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 from lerobot_nodes.config import StreamingConfig
@@ -31,6 +29,7 @@ from lerobot_nodes.nodes.sharder import rank_episodes
 from lerobot_nodes.sidecar import open_video_indexes
 from lerobot_nodes.sources.resolve import open_source
 from lerobot_nodes.testing import write_dataset
+from lerobot_nodes.testing.damage import cut_parquet, delete_mp4, episode_files, lengthen_span
 
 LENGTHS = [40, 50, 45, 60, 35, 55, 42, 48]
 CAMERA = "observation.images.top"
@@ -51,35 +50,13 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def paths_of(root: Path, episode: int) -> tuple[str, str]:
-    meta = load_meta(open_source(root), check_files=False, table_cache=False)
-    return meta.data_file(episode), meta.video_file(episode, CAMERA)
-
-
-def delete_mp4(root: Path, episode: int = MISSING_MP4) -> None:
-    (root / paths_of(root, episode)[1]).unlink()
-
-
-def cut_parquet(root: Path, episode: int = CUT_PARQUET) -> None:
-    path = root / paths_of(root, episode)[0]
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
-
-
-def lengthen_span(root: Path, episode: int = LONG_SPAN, seconds: float = 0.5) -> None:
-    """``meta/episodes`` places ``seconds`` more of ``episode`` in its MP4 than the file has."""
-    column = f"videos/{CAMERA}/to_timestamp"
-    for path in sorted((root / "meta/episodes").rglob("*.parquet")):
-        table = pq.read_table(path)
-        mask = pc.equal(table.column("episode_index"), episode)
-        if pc.any(mask).as_py():
-            moved = pc.if_else(mask, pc.add(table.column(column), seconds), table.column(column))
-            pq.write_table(table.set_column(table.schema.get_field_index(column), column, moved), path)
+    return episode_files(root, episode, CAMERA)
 
 
 def damage_all(root: Path) -> Path:
-    delete_mp4(root)
-    lengthen_span(root)
-    cut_parquet(root)
+    delete_mp4(root, MISSING_MP4, CAMERA)
+    lengthen_span(root, LONG_SPAN, CAMERA, 0.5)
+    cut_parquet(root, CUT_PARQUET)
     return root
 
 
@@ -113,7 +90,7 @@ def frames_of(episodes: list[int]) -> collections.Counter[tuple[int, int]]:
 
 def test_raise_names_the_missing_mp4_and_the_episode_that_needs_it(pristine: Path, tmp_path: Path) -> None:
     root = copy(pristine, tmp_path, "missing")
-    delete_mp4(root)
+    delete_mp4(root, MISSING_MP4, CAMERA)
     mp4 = paths_of(pristine, MISSING_MP4)[1]
     with pytest.raises(MetadataError, match=rf"^{mp4} is missing from .*; episode {MISSING_MP4} of the selection needs it "):
         dataset(root, config=CONFIG)
@@ -121,7 +98,7 @@ def test_raise_names_the_missing_mp4_and_the_episode_that_needs_it(pristine: Pat
 
 def test_a_missing_file_refuses_only_the_episodes_that_use_it(pristine: Path, tmp_path: Path) -> None:
     root = copy(pristine, tmp_path, "missing")
-    delete_mp4(root)
+    delete_mp4(root, MISSING_MP4, CAMERA)
     for config in (CONFIG, SKIP):
         chosen = dataset(root, config=config, episodes=[0, 3])
         assert chosen.skipped.kinds == {}
@@ -130,7 +107,7 @@ def test_a_missing_file_refuses_only_the_episodes_that_use_it(pristine: Path, tm
 
 def test_raise_names_the_span_past_the_end_of_the_mp4(pristine: Path, tmp_path: Path) -> None:
     root = copy(pristine, tmp_path, "span")
-    lengthen_span(root)
+    lengthen_span(root, LONG_SPAN, CAMERA, 0.5)
     with pytest.raises(MetadataError, match=rf"episode {LONG_SPAN} \(camera {CAMERA}\): meta/episodes places its frames"):
         dataset(root, config=CONFIG)
 
@@ -199,11 +176,11 @@ def test_a_stateful_dataloader_resume_is_exact(damaged: Path, num_workers: int) 
 
 def test_a_resume_that_finds_another_skipped_set_is_refused(pristine: Path, tmp_path: Path) -> None:
     root = copy(pristine, tmp_path, "two")
-    delete_mp4(root)
+    delete_mp4(root, MISSING_MP4, CAMERA)
     loader = streaming_dataloader(dataset(root), 4, 0, snapshot_every_n_steps=1)
     next(iter(loader))
     state = loader.state_dict()
-    cut_parquet(root)  # one more bad episode since the checkpoint
+    cut_parquet(root, CUT_PARQUET)  # one more bad episode since the checkpoint
     resumed = streaming_dataloader(dataset(root), 4, 0)
     resumed.load_state_dict(state)
     refused = r"episodes skipped as bad .*'1 episodes #\w+ \(2\)' -> '2 episodes #\w+ \(2, 6\)'"
@@ -238,7 +215,7 @@ def test_an_elastic_resume_under_skip_is_refused_with_one_line(damaged: Path) ->
 
 def test_a_rank_left_without_episodes_says_so(pristine: Path, tmp_path: Path) -> None:
     root = copy(pristine, tmp_path, "all-bad")
-    delete_mp4(root)
+    delete_mp4(root, MISSING_MP4, CAMERA)
     with pytest.raises(ConfigError, match=r"left rank 0 no episode: all 1 of its episodes are bad"):
         dataset(root, episodes=[MISSING_MP4])
 
