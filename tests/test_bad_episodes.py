@@ -174,6 +174,16 @@ def test_a_stateful_dataloader_resume_is_exact(damaged: Path, num_workers: int) 
     assert head + epoch(resumed) == reference
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_step_offset_resume_in_the_same_topology_is_exact(damaged: Path, num_workers: int) -> None:
+    batches = [pairs(batch) for batch in streaming_dataloader(dataset(damaged), 4, num_workers)]
+    step = 11
+    resumed = dataset(damaged)
+    resumed.resume_from_step(step, batch_size=4, num_workers=num_workers, world_size=1, seed=SEED)
+    tail = epoch(streaming_dataloader(resumed, 4, num_workers))
+    assert tail == [pair for batch in batches[step:] for pair in batch]
+
+
 def test_a_resume_that_finds_another_skipped_set_is_refused(pristine: Path, tmp_path: Path) -> None:
     root = copy(pristine, tmp_path, "two")
     delete_mp4(root, MISSING_MP4, CAMERA)
