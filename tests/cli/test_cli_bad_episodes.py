@@ -113,6 +113,8 @@ def test_a_resume_that_finds_another_skipped_set_is_one_line(pristine: Path, tmp
     assert "episodes skipped as bad" in result.stderr
 
 
-def test_an_unknown_policy_is_a_usage_error() -> None:
-    result = run_cli("stream", "--dataset.streaming_bad_episodes=ignore", "--steps=1")
+@pytest.mark.parametrize("command", ["stream", "train"])
+def test_an_unknown_policy_is_a_usage_error(command: str) -> None:
+    """``train`` checks it before LeRobot starts (here without LeRobot: the check comes first)."""
+    result = run_cli(command, "--dataset.streaming_bad_episodes=ignore", "--steps=1")
     assert_one_line_error(result, 2, "--dataset.streaming_bad_episodes must be one of raise, skip, got 'ignore'")
