@@ -22,7 +22,7 @@ import pytest
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.dataset import StreamingLeRobotDataset
 from lerobot_nodes.dataset_doctor import check_dataset, episodes_to_skip, tolerant_open
-from lerobot_nodes.errors import ConfigError, MetadataError
+from lerobot_nodes.errors import ConfigError, LeRobotNodesError, MetadataError
 from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.loader import streaming_dataloader
 from lerobot_nodes.nodes.sharder import rank_episodes
@@ -161,6 +161,16 @@ def test_two_ranks_drop_only_their_own_bad_episodes(damaged: Path, pristine: Pat
     assert seen == frames_of(GOOD)
 
 
+def test_a_rank_checks_only_the_files_of_its_own_episodes(pristine: Path, tmp_path: Path) -> None:
+    root = copy(pristine, tmp_path, "other-rank")
+    owners = {rank: rank_episodes(list(range(len(LENGTHS))), LENGTHS, rank, 2, SEED) for rank in (0, 1)}
+    delete_mp4(root, owners[0][0], CAMERA)
+    with pytest.raises(MetadataError, match=rf"episode {owners[0][0]} of the selection needs it"):
+        dataset(root, config=CONFIG, rank=0, world_size=2)
+    other = dataset(root, config=CONFIG, rank=1, world_size=2)  # its files are all there: raise opens
+    assert collections.Counter(epoch(streaming_dataloader(other, 4, 0))) == frames_of(owners[1])
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_stateful_dataloader_resume_is_exact(damaged: Path, num_workers: int) -> None:
     reference = epoch(streaming_dataloader(dataset(damaged), 4, num_workers))
@@ -221,6 +231,18 @@ def test_an_elastic_resume_under_skip_is_refused_with_one_line(damaged: Path) ->
     chosen.resume_from_step(3, batch_size=4, num_workers=2, world_size=1, seed=SEED)
     with pytest.raises(ConfigError, match=r"another topology .* --dataset.streaming_bad_episodes=skip"):
         chosen.plan_resume(num_workers=0)
+
+
+def test_an_mp4_whose_index_cannot_be_built_is_skipped_by_name(pristine: Path, tmp_path: Path) -> None:
+    root = copy(pristine, tmp_path, "truncated-mp4")
+    mp4 = root / paths_of(root, 4)[1]
+    mp4.write_bytes(mp4.read_bytes()[:64])  # no moov: the index cannot be built
+    with pytest.raises(LeRobotNodesError, match=str(paths_of(root, 4)[1])):
+        dataset(root, config=CONFIG)
+    chosen = dataset(root)
+    assert list(chosen.skipped.kinds) == ["video file unreadable"]
+    assert chosen.skipped.episodes.tolist() == [4]
+    assert collections.Counter(epoch(streaming_dataloader(chosen, 4, 0))) == frames_of([e for e in range(8) if e != 4])
 
 
 def test_a_rank_left_without_episodes_says_so(pristine: Path, tmp_path: Path) -> None:
