@@ -268,7 +268,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         the files of the episodes this rank reads (``nodes.sharder.rank_episodes``) are opened
         and checked: every rank checks its own share, so the ranks together check every selected
         episode once, and no rank opens (or builds) the indexes of files it never reads. Workers
-        open their own share again, from the cache this open fills.
+        open their own share again, from the cache this open fills. With ``bad_episodes="skip"``
+        the bad ones of this share are left in :attr:`skipped` instead of raising.
         """
         episodes = rank_episodes(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
         workers = self._index_build_workers()
@@ -277,6 +278,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             listed = []  # the user's connection budget stands
         for source in listed:  # one connection per file in flight while indexing (the reader's default is max_num_shards)
             source.set_http_options(dataclasses.replace(http_options(self.config, 1), connections=workers))
+        skip = self.config.streaming_bad_episodes == BAD_EPISODES_SKIP
         try:
             if isinstance(self.meta, MixtureMeta) and isinstance(self.source, MixtureSource):
                 return self._open_mixture_indexes(self.source, self.meta, episodes, workers)
@@ -287,7 +289,6 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                     lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s, build_workers=workers,
                 )
 
-            skip = self.config.streaming_bad_episodes == BAD_EPISODES_SKIP
             indexes, self.skipped = open_checked(self.meta, episodes, self.tolerance_s, open_strict, skip=skip)
         finally:
             for source in listed:

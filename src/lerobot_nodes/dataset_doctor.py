@@ -44,11 +44,12 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from .errors import LeRobotNodesError
+from .errors import LeRobotNodesError, MetadataError
 from .format.meta import STATS_PATH, DatasetMeta
 from .format.parquet_columns import read_footer_tail
 from .mp4.index import VideoIndex
 from .sources import ByteSource
+from .video_checks import check_video_metadata, span_overflow, span_overflows, stream_infos
 
 ERROR = "error"
 WARNING = "warning"
@@ -523,8 +524,6 @@ def episodes_to_skip(meta: DatasetMeta, report: DoctorReport, tolerance_s: float
     files, frame counts) and those of the video-checkable ones whose span ends past their MP4 (the
     ``video_checks`` problem ``inspect`` lists under "video metadata"). Camera info problems are not
     episodes' problems (they concern ``meta/info.json``) and stay errors. Reads nothing."""
-    from .video_checks import span_overflow, span_overflows, stream_infos
-
     findings = report.findings
     kinds = {kind: (np.unique(np.concatenate(found)), findings.first_message(kind)) for kind, found in findings.affected.items()}
     if meta.video_keys and len(report.video_checkable):
@@ -553,10 +552,11 @@ def missing_file_error(meta: DatasetMeta, episodes: np.ndarray, listed: Mapping[
             path = meta.data_file(first) if key is None else meta.video_file(first, key)
             if path not in listed:
                 needing = members(f)
+                verb = "needs" if len(needing) == 1 else "need"
                 return (
-                    f"{path} is missing from {meta.source.url}; {describe_episodes(needing)} of the selection "
-                    f"{'needs' if len(needing) == 1 else 'need'} it (select episodes that do not use it, or --dataset.streaming_bad_episodes=skip to leave "
-                    "out the episodes whose files are missing or damaged)"
+                    f"{path} is missing from {meta.source.url}; {describe_episodes(needing)} of the selection {verb} "
+                    "it (select episodes that do not use it, or --dataset.streaming_bad_episodes=skip to leave out "
+                    "the episodes whose files are missing or damaged)"
                 )
     return None
 
@@ -602,9 +602,6 @@ def open_checked(
     counts) and :func:`episodes_to_skip`; the remaining episodes must pass the camera info check.
     Only the files of ``episodes`` are read, plus one listing of ``data/`` and ``videos/``.
     """
-    from .errors import MetadataError
-    from .video_checks import check_video_metadata
-
     chosen = np.asarray(episodes, dtype=np.int64)
     if not skip:
         missing = missing_file_error(meta, chosen, listing(meta.source, bool(meta.video_keys)))
@@ -622,6 +619,4 @@ def open_checked(
 
 
 def _past_end(meta: DatasetMeta, tolerance_s: float) -> Callable[[Mapping[str, VideoIndex], np.ndarray], np.ndarray]:
-    from .video_checks import span_overflows
-
     return lambda indexes, chosen: span_overflows(meta, indexes, chosen, tolerance_s)
