@@ -261,3 +261,8 @@ def test_inspect_checks_name_the_episodes_skip_drops(damaged: Path) -> None:
     report = check_dataset(meta, None, 1e-4, tolerant_open(lambda paths: open_video_indexes(source, meta, paths)))
     assert set(np.asarray(episodes_to_skip(meta, report, 1e-4).episodes).tolist()) == BAD
     assert set(dataset(damaged).skipped.episodes.tolist()) == BAD
+
+
+def test_a_mixture_opens_with_raise_only(pristine: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^--dataset.streaming_bad_episodes=skip reads one dataset; a mixture opens"):
+        StreamingLeRobotDataset(root=[pristine, pristine], bad_episodes="skip")
