@@ -18,6 +18,10 @@ from typing import Any
 from .errors import ConfigError
 
 SAMPLING_STRATEGIES = ("remaining", "round_robin")
+BAD_EPISODES_RAISE = "raise"
+BAD_EPISODES_SKIP = "skip"
+BAD_EPISODE_POLICIES = (BAD_EPISODES_RAISE, BAD_EPISODES_SKIP)
+"""What the open does with an episode whose files contradict the metadata (``streaming_bad_episodes``)."""
 DEFAULT_RANK_POOL_SIZE = 32
 """Episodes a rank mixes when ``streaming_episode_pool_size`` is unset, split over its workers."""
 BYTES_PER_GB = 1_000_000_000
@@ -73,6 +77,11 @@ class StreamingConfig:
     opens its files' indexes (each costs two round trips from a remote store, so the open is
     latency-bound): unset, ``streaming_native_http_connections`` when that is set, else 4 for a
     local folder (parsing is CPU work) and 32 for a remote store.
+
+    ``streaming_bad_episodes``: ``raise`` (default) stops the open at the first episode whose
+    files are missing or contradict the metadata; ``skip`` leaves such episodes of this rank out
+    of its schedule (``lerobot_nodes.bad_episodes``), logs each kind once and records the skipped
+    set in the metrics report and the resume identity.
     """
 
     streaming_episode_pool_size: int | None = None
@@ -93,6 +102,7 @@ class StreamingConfig:
     streaming_disk_cache_gb: float | None = None
     streaming_disk_cache_dir: str | None = None
     streaming_index_concurrency: int | None = None
+    streaming_bad_episodes: str = BAD_EPISODES_RAISE
     max_num_shards: int = 16
 
     def __post_init__(self) -> None:
@@ -138,6 +148,11 @@ class StreamingConfig:
             raise ConfigError(f"--dataset.streaming_disk_cache_dir must be a folder path or unset "
                               f"(default $HF_LEROBOT_HOME/streaming-bytes), got {folder!r}")
         _check_int("streaming_index_concurrency", self.streaming_index_concurrency, minimum=1, optional=True)
+        if self.streaming_bad_episodes not in BAD_EPISODE_POLICIES:
+            raise ConfigError(
+                f"--dataset.streaming_bad_episodes must be one of {', '.join(BAD_EPISODE_POLICIES)}, "
+                f"got {self.streaming_bad_episodes!r}"
+            )
         _check_int("max_num_shards", self.max_num_shards, minimum=1)
 
     # -- per-rank limits split over a rank's workers --------------------------------------

@@ -26,7 +26,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT
-from .config import StreamingConfig, resolve_seed, split_evenly
+from .config import BAD_EPISODES_SKIP, StreamingConfig, resolve_seed, split_evenly
+from .dataset_doctor import BadEpisodes, open_checked
 from .errors import ConfigError
 from .format.dataset_properties import LeRobotDatasetProperties
 from .format.depth import DEFAULT_DEPTH_UNIT
@@ -40,6 +41,7 @@ from .resume.identity import (
     batches_across_workers_of,
     check_identity,
     dataset_identity,
+    with_skipped,
     with_worker_split,
     worker_split_of,
 )
@@ -136,8 +138,17 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     selected episodes exactly once; the same seed gives the same order; a state saved by
     ``StatefulDataLoader`` (or :meth:`state_dict`) resumes exactly where it was taken.
     Construction raises :class:`MetadataError` when the MP4s of this rank's episodes
-    contradict the metadata (``lerobot_nodes.video_checks``), before any worker starts; every
-    rank checks its own episodes, so the ranks together check every selected episode.
+    contradict the metadata (``lerobot_nodes.video_checks``) or a file they need is missing
+    (files only other episodes need do not matter), before any worker starts; every rank checks
+    its own episodes, so the ranks together check every selected episode.
+
+    ``bad_episodes`` (``config.streaming_bad_episodes``; this argument overrides it): ``"raise"``
+    as above, or ``"skip"``: this rank runs ``inspect``'s checks on its own episodes
+    (``dataset_doctor.open_checked``) and leaves the bad ones out of its schedule after the rank
+    split, before the worker split (the other ranks' episodes do not change); :attr:`skipped`
+    holds them by kind, the metrics report lists them, the resume identity records them. Every
+    other selected frame is still yielded exactly once per epoch. Errors found while decoding
+    mid-epoch still stop the epoch (``skip`` covers what the open finds).
 
     ``batch_size``: iterating yields whole batches collated in the reader (a DataLoader worker:
     one shared-memory segment per batch) instead of samples; use it with ``batch_size=None``
@@ -170,12 +181,15 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         depth_output_unit: str = DEFAULT_DEPTH_UNIT,
         batch_size: int | None = None,
         rename_map: Mapping[str, Mapping[str, str]] | None = None,
+        bad_episodes: str | None = None,
     ) -> None:
         super().__init__()
         exit_if_reimporting_main()  # a worker running an unguarded training script again: one line, not a crash
         # The DataLoader workers' server, forked now while this process may be (before s3fs's or our threads).
         start_before_threads(filesystem_modules(root))
         config = config or StreamingConfig()
+        if bad_episodes is not None:
+            config = dataclasses.replace(config, streaming_bad_episodes=bad_episodes)
         if max_num_shards is not None:
             config = dataclasses.replace(config, max_num_shards=max(1, int(max_num_shards)))
         self.config = config
@@ -183,6 +197,11 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.source: ByteSource
         self.meta: DatasetMeta
         if is_mixture(repo_id, root):
+            if config.streaming_bad_episodes == BAD_EPISODES_SKIP:
+                raise ConfigError(
+                    "--dataset.streaming_bad_episodes=skip reads one dataset; a mixture opens with raise (check each "
+                    "dataset with `lerobot-nodes inspect` and select its good episodes)"
+                )
             self.source, self.meta, self.episodes = open_mixture(
                 MixtureRequest.of(repo_id, root, revision, repo_type), episodes, rename_map, token=token,
                 http=http_options(config, 1),
@@ -208,7 +227,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 self.source.use_byte_cache(
                     byte_cache_from_options(config.streaming_disk_cache_gb, config.streaming_disk_cache_dir)
                 )
-            self.meta = load_meta(self.source, repo_id=single_repo)
+            # The files are checked for this rank's episodes only (_open_indexes), not for every episode.
+            self.meta = load_meta(self.source, repo_id=single_repo, check_files=False)
             self.episodes = select_episodes(self.meta, episodes)
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else None
         self.tolerance_s = tolerance_s
@@ -232,10 +252,15 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         SampleSpec.from_meta(self.meta, self.delta_timestamps, tolerance_s, depth_output_unit=depth_output_unit)
         # What a saved state is checked against on load: the dataset, the selection, the schedule settings.
         self.identity = dataset_identity(self.source.url, self.source.revision, self.meta, self.episodes, config)
-        self.max_workers = max_workers_for_rank(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
+        self.skipped = BadEpisodes()
+        """This rank's episodes left out as bad (``bad_episodes="skip"``), by kind; empty with ``raise``."""
         self._indexes: dict[str, VideoIndex] | None = self._open_indexes()
+        self.max_workers = max_workers_for_rank(
+            self.episodes, self._lengths(), self.rank, self.world_size, self.seed, self.excluded
+        )
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
         self.metrics = StreamingMetrics(self.counters)
+        self.metrics.set_skipped(self.skipped.lines())
         self._graph: StreamingGraph | None = None
         self._graph_key: tuple[int, int, WorkerStart | None, int | None, int] | None = None
         # Where the next iter() starts after a resume (lerobot_nodes.resume.orchestrator).
@@ -249,7 +274,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         the files of the episodes this rank reads (``nodes.sharder.rank_episodes``) are opened
         and checked: every rank checks its own share, so the ranks together check every selected
         episode once, and no rank opens (or builds) the indexes of files it never reads. Workers
-        open their own share again, from the cache this open fills.
+        open their own share again, from the cache this open fills. With ``bad_episodes="skip"``
+        the bad ones of this share are left in :attr:`skipped` instead of raising.
         """
         episodes = rank_episodes(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
         workers = self._index_build_workers()
@@ -258,18 +284,40 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             listed = []  # the user's connection budget stands
         for source in listed:  # one connection per file in flight while indexing (the reader's default is max_num_shards)
             source.set_http_options(dataclasses.replace(http_options(self.config, 1), connections=workers))
+        skip = self.config.streaming_bad_episodes == BAD_EPISODES_SKIP
         try:
             if isinstance(self.meta, MixtureMeta) and isinstance(self.source, MixtureSource):
                 return self._open_mixture_indexes(self.source, self.meta, episodes, workers)
-            indexes = open_video_indexes(
-                self.source, self.meta, self.meta.video_files(episodes),
-                lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s, build_workers=workers,
-            )
+
+            def open_strict(paths: list[str]) -> dict[str, VideoIndex]:
+                return open_video_indexes(
+                    self.source, self.meta, paths,
+                    lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s, build_workers=workers,
+                )
+
+            indexes, self.skipped = open_checked(self.meta, episodes, self.tolerance_s, open_strict, skip=skip)
         finally:
             for source in listed:
                 source.set_http_options(http_options(self.config, 1))
-        check_video_metadata(self.meta, indexes, episodes, self.tolerance_s)
+        if skip:
+            self._note_skipped(len(episodes))
         return indexes
+
+    def _note_skipped(self, owned: int) -> None:
+        """Log the skipped episodes (one warning per kind), record them in the identity; refuse a rank left with none."""
+        self.identity = with_skipped(self.identity, self.skipped.episodes.tolist())
+        for line in self.skipped.lines():
+            logger.warning("--dataset.streaming_bad_episodes=skip: rank %d leaves out %s", self.rank, line)
+        if len(self.skipped) >= owned:
+            raise ConfigError(
+                f"--dataset.streaming_bad_episodes=skip left rank {self.rank} no episode: all {owned} of its episodes "
+                f"are bad ({'; '.join(self.skipped.lines())}); `lerobot-nodes inspect` lists every problem"
+            )
+
+    @property
+    def excluded(self) -> frozenset[int]:
+        """The episodes this rank leaves out of its schedule (:attr:`skipped`)."""
+        return frozenset(int(e) for e in self.skipped.episodes.tolist())
 
     def _open_mixture_indexes(
         self, source: MixtureSource, meta: MixtureMeta, episodes: Sequence[int], workers: int
@@ -364,6 +412,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 assigned=None if start is None else start.assigned,
                 carried=None if start is None else start.carried_map(),
                 worker_split=self.worker_split,
+                excluded=self.excluded,
             ),
             samples=self._sample_options(transforms_on_consumer=num_workers == 0),
             batches=None
@@ -563,12 +612,14 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
 
     def _rank_schedule(self) -> RankSchedule:
         """This rank's plain schedules, what a step resume is planned against."""
+        skip = self.config.streaming_bad_episodes == BAD_EPISODES_SKIP
         samplers = plain_samplers(
             self.source, self.meta, self.episodes, self.config, self._sample_options(), self.seed, self._indexes,
-            worker_split=self.worker_split,
+            worker_split=self.worker_split, excluded={self.rank: self.excluded} if skip else None,
         )
         return RankSchedule(
-            self.episodes, self._lengths(), self.rank, self.world_size, self.seed, samplers, self.worker_split
+            self.episodes, self._lengths(), self.rank, self.world_size, self.seed, samplers, self.worker_split,
+            excluded=self.excluded if skip else None,
         )
 
     @property
@@ -585,7 +636,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             sum(
                 int(self.meta.episodes.length[e])
                 for e in worker_episodes(
-                    self.episodes, lengths, self.rank, self.world_size, w, num_workers, self.seed, self.worker_split
+                    self.episodes, lengths, self.rank, self.world_size, w, num_workers, self.seed, self.worker_split,
+                    self.excluded,
                 )
             )
             for w in range(max(1, num_workers))

@@ -20,6 +20,12 @@ disagreement as a :class:`Finding` (a level, a kind, one line, the episodes it a
 - **stats**: ``meta/stats.json`` is present and has an entry for every numeric feature (warnings:
   LeRobot training normalises with them, streaming does not need them).
 
+**Bad episodes** (:func:`episodes_to_skip`): the episodes an error-level finding names, and those
+whose video span ends past their MP4 (``video_checks``), by kind: what
+``--dataset.streaming_bad_episodes=skip`` leaves out of a rank's schedule, from the same checks
+``inspect`` prints. :func:`missing_file_error` is the check ``raise`` runs at open: the first file
+the given episodes need that the store does not list, with the episodes that need it.
+
 Scale: per file, one footer read through the dataset's :class:`ByteSource` (remote stores too),
 a few files at once, each parsed footer dropped once its numbers are taken; every per-episode
 comparison is a numpy expression over the episode columns, so 20,000 files and millions of rows
@@ -38,11 +44,12 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from .errors import LeRobotNodesError
+from .errors import LeRobotNodesError, MetadataError
 from .format.meta import STATS_PATH, DatasetMeta
 from .format.parquet_columns import read_footer_tail
 from .mp4.index import VideoIndex
 from .sources import ByteSource
+from .video_checks import check_video_metadata, span_overflow, span_overflows, stream_infos
 
 ERROR = "error"
 WARNING = "warning"
@@ -91,13 +98,17 @@ def describe_episodes(episodes: np.ndarray) -> str:
 
 class Findings:
     """Findings grouped by kind, in the order kinds first appear; only the first
-    :data:`LINES_PER_KIND` of a kind are kept as findings, the rest are counted."""
+    :data:`LINES_PER_KIND` of a kind are kept as findings, the rest are counted. The episodes of
+    every error (kept or counted) are kept per kind (:attr:`affected`): what ``skip`` leaves out."""
 
     def __init__(self) -> None:
         self.kinds: dict[str, tuple[str, list[Finding], list[int]]] = {}
+        self.affected: dict[str, list[np.ndarray]] = {}
 
     def add(self, finding: Finding) -> None:
         level, kept, more = self.kinds.setdefault(finding.kind, (finding.level, [], [0]))
+        if level == ERROR and len(finding.episodes):
+            self.affected.setdefault(finding.kind, []).append(np.asarray(finding.episodes, dtype=np.int64))
         if len(kept) < LINES_PER_KIND:
             kept.append(finding)
         else:
@@ -107,10 +118,18 @@ class Findings:
         """How many more findings of ``kind`` would be kept."""
         return LINES_PER_KIND - len(self.kinds.get(kind, (ERROR, [], [0]))[1])
 
-    def add_counted(self, level: str, kind: str, count: int) -> None:
-        """``count`` findings of ``kind`` past the kept ones: counted, never made."""
+    def add_counted(self, level: str, kind: str, count: int, episodes: np.ndarray | None = None) -> None:
+        """``count`` findings of ``kind`` past the kept ones: counted, never made (``episodes``: the ones
+        they affect, recorded as :meth:`add` records them)."""
         if count > 0:
             self.kinds.setdefault(kind, (level, [], [0]))[2][0] += count
+            if level == ERROR and episodes is not None and len(episodes):
+                self.affected.setdefault(kind, []).append(np.asarray(episodes, dtype=np.int64))
+
+    def first_message(self, kind: str) -> str:
+        """The first kept finding of ``kind`` (its message, without the episodes)."""
+        kept = self.kinds.get(kind, (ERROR, [], [0]))[1]
+        return kept[0].message if kept else kind
 
     def count(self, level: str) -> int:
         return sum(len(kept) + more[0] for lvl, kept, more in self.kinds.values() if lvl == level)
@@ -358,7 +377,7 @@ def check_frame_counts(
                     f"{path} holds {int(counts[i])} frames; meta/episodes says length {int(meta.episodes.length[e])}",
                     np.array([e]),
                 ))  # fmt: skip
-            findings.add_counted(ERROR, kind, len(wrong) - shown)
+            findings.add_counted(ERROR, kind, len(wrong) - shown, chosen[wrong[shown:]])
 
 
 # -- stats, orphans --------------------------------------------------------------------------
@@ -458,3 +477,146 @@ def check_dataset(
     if everything:
         check_orphans(meta, listed, findings)
     return DoctorReport(findings, dict(indexes), checkable, np.union1d(bad_data, chosen[~readable]))
+
+
+# -- bad episodes: what ``--dataset.streaming_bad_episodes`` acts on -------------------------------
+
+SPAN_PAST_END = "video span past the end of its MP4"
+"""The kind of the episodes ``video_checks.span_overflows`` finds (metadata lists frames the video does not have)."""
+SHOWN_SKIPPED = 5
+"""Episodes of one kind a skip line spells out before ``... (N episodes)``."""
+
+
+@dataclass(frozen=True)
+class BadEpisodes:
+    """Episodes found bad, by kind: ``kinds[kind] = (episodes, reason)`` (sorted, distinct episodes; the
+    reason is the first finding of the kind). An episode with problems of several kinds is in each."""
+
+    kinds: dict[str, tuple[np.ndarray, str]] = field(default_factory=dict)
+
+    @property
+    def episodes(self) -> np.ndarray:
+        """Every bad episode, sorted and distinct."""
+        if not self.kinds:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate([episodes for episodes, _ in self.kinds.values()]))
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def lines(self) -> list[str]:
+        """One line per kind: the kind, the first few episodes and their count, and the first reason."""
+        return [f"{kind}: {shown_episodes(episodes)}: {reason}" for kind, (episodes, reason) in self.kinds.items()]
+
+
+def shown_episodes(episodes: np.ndarray) -> str:
+    """``episodes 3, 8, 11, 12, 20, ... (40 episodes)``: the first :data:`SHOWN_SKIPPED` and the count."""
+    chosen = np.unique(np.asarray(episodes, dtype=np.int64))
+    if len(chosen) == 1:
+        return f"episode {int(chosen[0])}"
+    head = ", ".join(str(int(e)) for e in chosen[:SHOWN_SKIPPED])
+    return f"episodes {head}{', ...' if len(chosen) > SHOWN_SKIPPED else ''} ({len(chosen)} episodes)"
+
+
+def episodes_to_skip(meta: DatasetMeta, report: DoctorReport, tolerance_s: float) -> BadEpisodes:
+    """The episodes of ``report``'s selection that ``--dataset.streaming_bad_episodes=skip`` leaves out:
+    every episode an error-level finding names (missing, unreadable or inconsistent data and MP4
+    files, frame counts) and those of the video-checkable ones whose span ends past their MP4 (the
+    ``video_checks`` problem ``inspect`` lists under "video metadata"). Camera info problems are not
+    episodes' problems (they concern ``meta/info.json``) and stay errors. Reads nothing."""
+    findings = report.findings
+    kinds = {kind: (np.unique(np.concatenate(found)), findings.first_message(kind)) for kind, found in findings.affected.items()}
+    if meta.video_keys and len(report.video_checkable):
+        past = span_overflows(meta, report.indexes, report.video_checkable, tolerance_s)
+        if len(past):
+            first = int(past[0])
+            streams = stream_infos(meta, report.indexes, past[:1])
+            reasons = (span_overflow(meta, first, key, streams[meta.video_file(first, key)], tolerance_s)
+                       for key in meta.video_keys)  # fmt: skip
+            kinds[SPAN_PAST_END] = (past, next(r for r in reasons if r is not None))
+    return BadEpisodes(kinds)
+
+
+def missing_file_error(meta: DatasetMeta, episodes: np.ndarray, listed: Mapping[str, int] | set[str]) -> str | None:
+    """The first data Parquet or MP4 that ``episodes`` need and the store does not list, with the
+    episodes of ``episodes`` that need it (``None``: all there). One numpy grouping per file kind."""
+    kinds: list[tuple[np.ndarray, np.ndarray, str | None]] = [
+        (meta.episodes.data_chunk_index, meta.episodes.data_file_index, None)
+    ]
+    kinds += [(meta.episodes.videos[k].chunk_index, meta.episodes.videos[k].file_index, k) for k in meta.video_keys]
+    for chunks, files, key in kinds:
+        groups = _FileGroups.of(chunks, files)
+        members = _members(groups, episodes)
+        for f in np.unique(groups.inverse[episodes]).tolist():
+            first = int(groups.first[f])
+            path = meta.data_file(first) if key is None else meta.video_file(first, key)
+            if path not in listed:
+                needing = members(f)
+                verb = "needs" if len(needing) == 1 else "need"
+                return (
+                    f"{path} is missing from {meta.source.url}; {describe_episodes(needing)} of the selection {verb} "
+                    "it (select episodes that do not use it, or --dataset.streaming_bad_episodes=skip to leave out "
+                    "the episodes whose files are missing or damaged)"
+                )
+    return None
+
+
+def tolerant_open(
+    open_strict: Callable[[list[str]], Mapping[str, VideoIndex]],
+) -> Callable[[list[str]], tuple[dict[str, VideoIndex], dict[str, str]]]:
+    """``open_indexes`` for :func:`check_dataset` from an open that raises on the first bad MP4: all
+    files at once, and only when that fails, one by one, to name each file that does not open."""
+
+    def open_indexes(paths: list[str]) -> tuple[dict[str, VideoIndex], dict[str, str]]:
+        try:
+            return dict(open_strict(paths)), {}
+        except (LeRobotNodesError, OSError, ValueError):
+            pass
+        indexes: dict[str, VideoIndex] = {}
+        failures: dict[str, str] = {}
+        for path in paths:
+            try:
+                indexes.update(open_strict([path]))
+            except (LeRobotNodesError, OSError, ValueError) as exc:
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                failures[path] = why.split(f"{path}: ", 1)[-1]
+        return indexes, failures
+
+    return open_indexes
+
+
+def open_checked(
+    meta: DatasetMeta,
+    episodes: Sequence[int],
+    tolerance_s: float,
+    open_strict: Callable[[list[str]], Mapping[str, VideoIndex]],
+    *,
+    skip: bool,
+) -> tuple[dict[str, VideoIndex], BadEpisodes]:
+    """The MP4 indexes of ``episodes``' files, checked against the metadata, and the bad episodes left out.
+
+    ``skip=False`` (``--dataset.streaming_bad_episodes=raise``): a :class:`MetadataError` naming the first
+    missing file and the episodes of ``episodes`` that need it, else the first ``video_checks``
+    problem (the checks of the versions before ``skip``); nothing is left out. ``skip=True``:
+    :func:`check_dataset` on ``episodes`` (what ``inspect`` runs: data footers, MP4 indexes, frame
+    counts) and :func:`episodes_to_skip`; the remaining episodes must pass the camera info check.
+    Only the files of ``episodes`` are read, plus one listing of ``data/`` and ``videos/``.
+    """
+    chosen = np.asarray(episodes, dtype=np.int64)
+    if not skip:
+        missing = missing_file_error(meta, chosen, listing(meta.source, bool(meta.video_keys)))
+        if missing is not None:
+            raise MetadataError(missing)
+        indexes = dict(open_strict(meta.video_files(chosen.tolist()))) if meta.video_keys else {}
+        check_video_metadata(meta, indexes, chosen.tolist(), tolerance_s)
+        return indexes, BadEpisodes()
+    report = check_dataset(meta, chosen.tolist(), tolerance_s, tolerant_open(open_strict), _past_end(meta, tolerance_s))
+    bad = episodes_to_skip(meta, report, tolerance_s)
+    remaining = np.setdiff1d(chosen, bad.episodes)
+    if meta.video_keys and len(remaining):
+        check_video_metadata(meta, report.indexes, remaining.tolist(), tolerance_s)
+    return report.indexes, bad
+
+
+def _past_end(meta: DatasetMeta, tolerance_s: float) -> Callable[[Mapping[str, VideoIndex], np.ndarray], np.ndarray]:
+    return lambda indexes, chosen: span_overflows(meta, indexes, chosen, tolerance_s)

@@ -290,6 +290,8 @@ class MetricsReport:
     """A mixture's delivered samples by ``dataset_index`` (empty for one dataset)."""
     dataset_names: tuple[str, ...] = ()
     """The mixture's dataset names, in ``dataset_index`` order (what the report labels its counts with)."""
+    skipped_episodes: tuple[str, ...] = ()
+    """The episodes this rank left out as bad (``streaming_bad_episodes=skip``), one line per kind."""
 
     def dataset_counts(self, limit: int = SPELLED_OUT_DATASETS) -> str:
         """The samples per dataset in words: each dataset's count up to ``limit`` datasets, else the
@@ -338,6 +340,7 @@ class MetricsReport:
             )
             + (f" | {self.mixing.line()}" if self.mixing.batches else "")
             + (f" | samples per dataset: {self.dataset_counts()}" if self.samples_per_dataset else "")
+            + (f" | skipped as bad: {'; '.join(self.skipped_episodes)}" if self.skipped_episodes else "")
         )
 
     def table(self) -> str:
@@ -372,6 +375,7 @@ class MetricsReport:
             ("disk cache blocks evicted", self.disk_cache_evictions),
             *self.mixing.rows(),
             *self._dataset_rows(),
+            *(("skipped as bad", line) for line in self.skipped_episodes),
         ]
         width = max(len(str(name)) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
@@ -407,6 +411,11 @@ class StreamingMetrics:
         self.gop_frames: int | None = None
         self.samples_per_dataset = np.zeros(0, dtype=np.int64)
         self.dataset_names: tuple[str, ...] = ()
+        self.skipped_episodes: tuple[str, ...] = ()
+
+    def set_skipped(self, lines: Iterable[str]) -> None:
+        """The episodes the dataset left out as bad, one line per kind (reported as they are)."""
+        self.skipped_episodes = tuple(lines)
 
     def set_selection(self, lengths: Iterable[int], gop_frames: int | None = None) -> None:
         """The selected episodes' lengths (and the GOP size, if known), for the uniform baseline of the
@@ -525,4 +534,5 @@ class StreamingMetrics:
             ),
             samples_per_dataset=tuple(int(count) for count in self.samples_per_dataset),
             dataset_names=self.dataset_names,
+            skipped_episodes=self.skipped_episodes,
         )

@@ -220,13 +220,15 @@ class ScheduleStart:
     (each ``reset(None)`` after an iteration moves to the next). ``assigned``/``carried``: the reader reads
     an elastic resume's remnant for this one epoch (see :class:`RankWorkerSharder` and
     :class:`EpisodePoolSampler`). ``worker_split``: how a rank's episodes are split over its workers
-    (``nodes.sharder.WORKER_SPLITS``; a resumed run keeps its checkpoint's)."""
+    (``nodes.sharder.WORKER_SPLITS``; a resumed run keeps its checkpoint's). ``excluded``: the rank's
+    episodes skipped as bad (``streaming_bad_episodes=skip``), left out before the worker split."""
 
     seed: int | None = None
     epoch: int = 0
     assigned: Sequence[int] | None = None
     carried: Mapping[int, tuple[int, int]] | None = None
     worker_split: str = CONTIGUOUS_SPLIT
+    excluded: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -290,6 +292,7 @@ def schedule_sharder(
         initial_epoch=schedule.epoch,
         assigned=schedule.assigned,
         worker_split=schedule.worker_split,
+        excluded=schedule.excluded,
     )
 
 

@@ -104,7 +104,7 @@ def run_stream_command(args: argparse.Namespace) -> int:
 def run_inspect(args: argparse.Namespace) -> int:
     """The dataset doctor: the summary, the MP4 sidecar, then every check of ``dataset_doctor``
     and ``video_checks`` (and, with ``--decode``, every frame decoded); exit 1 on an error."""
-    from ..dataset_doctor import check_dataset
+    from ..dataset_doctor import check_dataset, episodes_to_skip
     from ..format.meta import load_meta, select_episodes
     from ..sources.resolve import open_source
     from ..testing import ensure_demo_dataset
@@ -141,6 +141,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         span_overflows=lambda indexes, chosen: span_overflows(meta, indexes, chosen, tolerance_s),
     )  # fmt: skip
     findings = report.findings
+    bad = episodes_to_skip(meta, report, tolerance_s)  # what open finds, before --decode adds its findings
     print("\n".join(descriptions) if descriptions else "MP4 sidecar: the dataset has no videos")
     if args.decode:
         decode_selected(source, meta, episodes, report, tolerance_s, findings)
@@ -148,7 +149,16 @@ def run_inspect(args: argparse.Namespace) -> int:
     checked = report.video_checkable.tolist()
     problems = video_problems(meta, report.indexes, checked, tolerance_s, limit=VIDEO_PROBLEM_LINES) if checked else []
     print(describe_video_problems(meta, problems, len(checked)))
+    if len(bad):
+        print(describe_skip(bad, len(meta.episodes) if episodes is None else len(episodes)))
     return 1 if problems or findings.errors else 0
+
+
+def describe_skip(bad: Any, selected: int) -> str:
+    """What ``--dataset.streaming_bad_episodes=skip`` would leave out (``dataset_doctor.episodes_to_skip``,
+    the check ``stream`` runs), by kind."""
+    head = f"--dataset.streaming_bad_episodes=skip leaves out {plural(len(bad), 'episode')} of {selected}:"
+    return "\n".join([head, *(f"  {line}" for line in bad.lines())])
 
 
 VIDEO_PROBLEM_LINES = 20

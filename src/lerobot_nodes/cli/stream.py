@@ -222,7 +222,9 @@ def _stream_steps(
     if not quiet:
         print(dataset.meta.summary())
         print(
-            f"streaming {plural(len(dataset.episodes), 'episode')}, {plural(dataset.num_frames, 'frame')}: "
+            f"streaming {plural(len(dataset.episodes), 'episode')}, {plural(dataset.num_frames, 'frame')}"
+            + (f" ({plural(len(dataset.skipped), 'episode')} of this rank skipped as bad)" if len(dataset.skipped) else "")
+            + ": "
             f"batch_size={batch_size} "
             f"num_workers={num_workers} seed={dataset.seed} steps={start_step}..{steps}"
         )

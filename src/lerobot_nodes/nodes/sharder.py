@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import heapq
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -199,14 +199,16 @@ def worker_episodes(
     num_workers: int,
     seed: int | None,
     worker_split: str = CONTIGUOUS_SPLIT,
+    excluded: Collection[int] = (),
 ) -> list[int]:
     """The episodes DataLoader worker ``worker_id`` of rank ``rank`` reads, sorted.
 
     ``episodes`` are the selected episode indices and ``lengths`` their frame counts
     (aligned). ``num_workers=0`` means the training process reads alone (one part).
+    ``excluded``: episodes of this rank left out after the rank split (see :func:`rank_worker_split`).
     """
     _check_topology("worker_id", worker_id, "num_workers", max(1, num_workers))
-    return rank_worker_split(episodes, lengths, rank, world_size, num_workers, seed, worker_split)[worker_id]
+    return rank_worker_split(episodes, lengths, rank, world_size, num_workers, seed, worker_split, excluded)[worker_id]
 
 
 def rank_worker_split(
@@ -217,6 +219,7 @@ def rank_worker_split(
     num_workers: int,
     seed: int | None,
     worker_split: str = CONTIGUOUS_SPLIT,
+    excluded: Collection[int] = (),
 ) -> list[list[int]]:
     """The episodes of every DataLoader worker of rank ``rank`` (``worker_episodes`` of each, in one split).
 
@@ -225,6 +228,10 @@ def rank_worker_split(
     so two workers of a rank share a data row group only at a cut. :data:`SCATTERED_SPLIT`: the
     split of the versions before it (:func:`scattered_worker_parts`), for their checkpoints.
     Either way every owned episode is in exactly one worker's list and each list is sorted.
+
+    ``excluded`` (the rank's bad episodes, ``streaming_bad_episodes=skip``) are removed after the
+    rank split and before the worker split: the other ranks' episodes never change, and the
+    workers split what remains.
     """
     seed = resolve_seed(seed)
     check_worker_split(worker_split)
@@ -234,6 +241,9 @@ def rank_worker_split(
     positions = np.asarray(_rank_positions(episodes, lengths, rank, world_size, seed), dtype=np.int64)
     owned = np.asarray(episodes, dtype=np.int64)[positions]
     owned_lengths = np.asarray(lengths, dtype=np.int64)[positions]
+    if len(excluded):
+        kept = ~np.isin(owned, np.fromiter((int(e) for e in excluded), dtype=np.int64))
+        owned, owned_lengths = owned[kept], owned_lengths[kept]
     if len(owned) < num_workers:
         raise ConfigError(
             f"rank {rank} owns {len(owned)} episode(s) but has {num_workers} DataLoader workers; a worker needs at "
@@ -248,9 +258,20 @@ def rank_worker_split(
     return [ordered[start:stop] for start, stop in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
-def max_workers_for_rank(episodes: Sequence[int], lengths: Sequence[int], rank: int, world_size: int, seed: int | None) -> int:
-    """How many DataLoader workers rank ``rank`` can feed (one whole episode each at least)."""
-    return len(rank_episodes(episodes, lengths, rank, world_size, resolve_seed(seed)))
+def max_workers_for_rank(
+    episodes: Sequence[int],
+    lengths: Sequence[int],
+    rank: int,
+    world_size: int,
+    seed: int | None,
+    excluded: Collection[int] = (),
+) -> int:
+    """How many DataLoader workers rank ``rank`` can feed (one whole episode each at least), without
+    its ``excluded`` episodes."""
+    owned = rank_episodes(episodes, lengths, rank, world_size, resolve_seed(seed))
+    if not len(excluded):
+        return len(owned)
+    return int((~np.isin(np.asarray(owned, dtype=np.int64), np.fromiter(excluded, dtype=np.int64))).sum())
 
 
 def _check_topology(index_name: str, index: int, count_name: str, count: int) -> None:
@@ -268,7 +289,8 @@ class RankWorkerSharder(BaseNode[int]):
     state) moves to the next epoch, like ``SamplerWrapper``. The state is ``{epoch, cursor,
     started}`` plus the topology, which is validated on restore. ``assigned`` replaces the
     worker's own split by an explicit episode list (the remnant of an elastic resume);
-    ``worker_split`` names the split otherwise (:data:`WORKER_SPLITS`, see :func:`rank_worker_split`).
+    ``worker_split`` names the split otherwise (:data:`WORKER_SPLITS`, see :func:`rank_worker_split`),
+    ``excluded`` the rank's episodes left out of it (``streaming_bad_episodes=skip``).
     """
 
     EPOCH_KEY = "epoch"
@@ -290,6 +312,7 @@ class RankWorkerSharder(BaseNode[int]):
         shuffle: bool = True,
         assigned: Sequence[int] | None = None,
         worker_split: str = CONTIGUOUS_SPLIT,
+        excluded: Collection[int] = (),
     ) -> None:
         super().__init__()
         self.seed = resolve_seed(seed)
@@ -300,7 +323,8 @@ class RankWorkerSharder(BaseNode[int]):
         self.shuffle = shuffle
         if assigned is None:
             self.episodes = worker_episodes(
-                episodes, lengths, self.rank, self.world_size, self.worker_id, self.num_workers, self.seed, worker_split
+                episodes, lengths, self.rank, self.world_size, self.worker_id, self.num_workers, self.seed, worker_split,
+                excluded,
             )
         else:
             # An elastic resume's remnant: episodes split by ``resume.assign_remnant`` (may be none).

@@ -16,6 +16,11 @@ part of every worker (``streaming_batches_across_workers``): neither compared no
 tells a step resume how the checkpointed run's steps map to each worker's samples; a state
 without it was written before batches across workers, when a batch came from one worker
 (:func:`batches_across_workers_of`).
+
+With ``--dataset.streaming_bad_episodes=skip`` the identity records the episodes this rank left
+out (:func:`with_skipped`): a resume that finds another skipped set would follow another schedule,
+so it is refused. An identity without the record (``raise``, or a state of an older version) is a
+run that skipped nothing; ``raise`` identities are exactly those of the versions before the option.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ SOURCE = "source"
 REVISION = "revision"
 WORKER_SPLIT = "worker_split"
 BATCHES_ACROSS_WORKERS = "batches_across_workers"
+SKIPPED = "skipped_episodes"
+NONE_SKIPPED = "none"
 COMPARED: dict[str, str] = {
     "total_frames": "total frames",
     "fps": "fps",
@@ -127,9 +134,23 @@ def with_worker_split(identity: Mapping[str, Any], worker_split: str) -> dict[st
     return {**identity, WORKER_SPLIT: check_worker_split(worker_split)}
 
 
+def with_skipped(identity: Mapping[str, Any], episodes: Sequence[int]) -> dict[str, Any]:
+    """``identity`` recording the episodes this rank skipped as bad (``streaming_bad_episodes=skip``)."""
+    skipped = sorted(int(e) for e in episodes)
+    shown = ", ".join(str(e) for e in skipped[:8]) + (", ..." if len(skipped) > 8 else "")
+    value = f"{len(skipped)} episodes #{short_hash(skipped)} ({shown})" if skipped else NONE_SKIPPED
+    return {**identity, SKIPPED: value}
+
+
 def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """``name old -> new`` for every compared field that differs (fields the saved state lacks are skipped)."""
+    """``name old -> new`` for every compared field that differs (fields the saved state lacks are
+    skipped; a missing skipped-episodes record means none were skipped)."""
     differences = []
+    if saved.get(SKIPPED, NONE_SKIPPED) != current.get(SKIPPED, NONE_SKIPPED):
+        differences.append(
+            f"episodes skipped as bad (--dataset.streaming_bad_episodes=skip) {saved.get(SKIPPED, NONE_SKIPPED)!r} -> "
+            f"{current.get(SKIPPED, NONE_SKIPPED)!r}"
+        )
     if saved.get(REVISION) and current.get(REVISION) and saved[REVISION] != current[REVISION]:
         differences.append(f"revision {saved[REVISION]} -> {current[REVISION]}")
     for key, name in COMPARED.items():

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConfigError
 from .planning import (
     RankOffsets,
     Remnant,
@@ -169,6 +170,13 @@ def _planned(
     """Exact or elastic, decided on the requested topologies (the same on every rank); the replay
     uses the workers each old rank really ran."""
     old = checkpoint.topology
+    if schedule.excluded is not None and not new.splits_like(old):
+        raise ConfigError(
+            f"cannot resume step {checkpoint.step} in another topology (world size {old.world_size} -> "
+            f"{new.world_size}, --num_workers {old.num_workers} -> {new.num_workers}) with "
+            "--dataset.streaming_bad_episodes=skip: each rank knows only its own skipped episodes, and the replay needs "
+            "every old rank's; resume with the checkpoint's world size and --num_workers"
+        )
     make_sampler = schedule.samplers(old.world_size)
     workers = schedule.workers_of_rank(old)
     if new.splits_like(old):

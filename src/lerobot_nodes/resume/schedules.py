@@ -43,12 +43,16 @@ class RankSchedule:
     worker_split: str = CONTIGUOUS_SPLIT
     """How the run splits a rank's episodes over its workers (``nodes.sharder.WORKER_SPLITS``): the
     samplers replay it, and an elastic resume splits the remnant over the new workers the same way."""
+    excluded: frozenset[int] | None = None
+    """This rank's episodes skipped as bad (``streaming_bad_episodes=skip``; None: ``raise``). A rank
+    knows only its own, so a resume in another topology (which replays every old rank) is refused."""
 
     def workers_of_rank(self, old: Topology) -> Callable[[int], int]:
         """Workers each old rank really had: ``streaming_dataloader`` clamps them to the episodes it owns."""
 
         def workers(rank: int) -> int:
-            owned = max_workers_for_rank(self.episodes, self.lengths, rank, old.world_size, self.seed)
+            excluded = self.excluded if self.excluded is not None and rank == self.rank else ()
+            owned = max_workers_for_rank(self.episodes, self.lengths, rank, old.world_size, self.seed, excluded)
             return min(old.num_workers, owned)
 
         return workers
@@ -63,10 +67,12 @@ def plain_samplers(
     seed: int,
     opened_indexes: Mapping[str, VideoIndex] | None = None,
     worker_split: str = CONTIGUOUS_SPLIT,
+    excluded: Mapping[int, frozenset[int]] | None = None,
 ) -> Callable[[int], SamplerFactory]:
     """``world_size -> (rank, worker_id, num_workers) -> sampler``: the plain schedules of ``world_size``
     ranks over ``episodes`` as the graph builds them (``opened_indexes`` served as they are), each
-    rank's episodes split over its workers by ``worker_split`` (the checkpointed run's)."""
+    rank's episodes split over its workers by ``worker_split`` (the checkpointed run's), without the
+    episodes ``excluded`` names for that rank (``{rank: skipped}``; a rank knows only its own)."""
 
     def samplers(world_size: int) -> SamplerFactory:
         runs = SampleRuns()
@@ -84,7 +90,8 @@ def plain_samplers(
 
         @functools.cache
         def split(rank: int, num_workers: int) -> list[list[int]]:
-            return rank_worker_split(episodes, lengths, rank, world_size, num_workers, seed, worker_split)
+            skipped = (excluded or {}).get(rank, frozenset())
+            return rank_worker_split(episodes, lengths, rank, world_size, num_workers, seed, worker_split, skipped)
 
         def make(rank: int, worker_id: int, num_workers: int) -> EpisodePoolSampler:
             reader = ReaderSlot(rank, world_size, worker_id, num_workers)

@@ -1,0 +1,32 @@
+"""``lerobot-nodes train --dataset.streaming_bad_episodes=skip``: LeRobot's real trainer on a dataset with a bad episode.
+
+The LeRobot-written fixture's last episode (7) gets a top-camera span 0.5 s longer than its MP4: its
+metadata lists frames the video does not have. ``raise`` stops before training with one line naming
+the episode; ``skip`` trains on the other seven episodes and says which one it left out.
+"""
+
+from __future__ import annotations
+
+from cli.cli_process import assert_one_line_error
+
+from lerobot_nodes.testing.damage import lengthen_span
+
+from .conftest import TINY_ACT, Trainer, needs_lerobot
+
+BAD_EPISODE = 7
+TOP = "observation.images.top"
+
+
+@needs_lerobot
+def test_skip_trains_on_the_other_episodes_and_raise_names_the_bad_one(trainer: Trainer):
+    lengthen_span(trainer.root, BAD_EPISODE, TOP, 0.5)
+    common = (*trainer.dataset_flags(), *TINY_ACT, "--dataset.streaming=true", "--num_workers=0",
+              "--save_checkpoint=false")  # fmt: skip
+    refused = trainer.run(*common, "--steps=2", f"--output_dir={trainer.tmp / 'raise'}")
+    error = assert_one_line_error(refused.result, 1, "")
+    assert f"episode {BAD_EPISODE} (camera {TOP}): meta/episodes places its frames" in error
+    run = trainer.run(*common, "--steps=12", "--dataset.streaming_bad_episodes=skip", f"--output_dir={trainer.tmp / 'skip'}")
+    run.check()
+    assert f"rank 0 leaves out video span past the end of its MP4: episode {BAD_EPISODE}: " in run.output
+    streamed = {episode for _, samples in run.batches() for episode, _ in samples}
+    assert streamed and BAD_EPISODE not in streamed and len(run.batches()) == 12
