@@ -66,6 +66,12 @@ class StreamingConfig:
     opens its files' indexes (each costs two round trips from a remote store, so the open is
     latency-bound): unset, ``streaming_native_http_connections`` when that is set, else 4 for a
     local folder (parsing is CPU work) and 32 for a remote store.
+
+    ``streaming_weights`` (a mixture only, one per dataset, normalised): each dataset's share of the
+    frames streamed. Unset, every frame of the union is equally likely (each dataset's share is its
+    frames' share) and epochs cover the union. Set, every dataset is visited in its own epochs (each
+    of its frames once per epoch, its next epoch in its own order when it runs out) and the stream
+    does not end by itself: consume it by steps (``nodes.weighted_sharder``). Part of the resume identity.
     """
 
     streaming_episode_pool_size: int | None = None
@@ -85,6 +91,7 @@ class StreamingConfig:
     streaming_disk_cache_gb: float | None = None
     streaming_disk_cache_dir: str | None = None
     streaming_index_concurrency: int | None = None
+    streaming_weights: list[float] | None = None
     max_num_shards: int = 16
 
     def __post_init__(self) -> None:
@@ -125,6 +132,12 @@ class StreamingConfig:
             raise ConfigError(f"--dataset.streaming_disk_cache_dir must be a folder path or unset "
                               f"(default $HF_LEROBOT_HOME/streaming-bytes), got {folder!r}")
         _check_int("streaming_index_concurrency", self.streaming_index_concurrency, minimum=1, optional=True)
+        _check_weights(self.streaming_weights)
+        if self.streaming_weights is not None:
+            # Normalised and rounded, so [7, 3] and [0.7, 0.3] are the same schedule and identity, and a
+            # second normalisation (dataclasses.replace) changes nothing.
+            total = float(sum(self.streaming_weights))
+            object.__setattr__(self, "streaming_weights", [round(float(w) / total, 12) for w in self.streaming_weights])
         _check_int("max_num_shards", self.max_num_shards, minimum=1)
 
     # -- per-rank limits split over a rank's workers --------------------------------------
@@ -167,6 +180,19 @@ class StreamingConfig:
 def _workers(num_workers: int) -> int:
     # num_workers=0 means "the training process": one reader.
     return max(1, int(num_workers))
+
+
+def _check_weights(weights: Any) -> None:
+    """A list of at least two positive finite numbers, or unset (the length is checked against the mixture)."""
+    if weights is None:
+        return
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, (list, tuple)) or len(weights) < 2 or any(
+        isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0 for w in weights
+    ):
+        raise ConfigError(
+            "--dataset.streaming_weights must be a JSON list of positive finite numbers, one per dataset of a mixture "
+            f"('[0.7,0.3]'), or unset for every frame of the union equally likely; got {weights!r}"
+        )
 
 
 def _check_int(name: str, value: Any, minimum: int, optional: bool = False) -> None:

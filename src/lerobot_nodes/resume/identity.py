@@ -33,6 +33,9 @@ logger = logging.getLogger("lerobot_nodes.dataset")
 SOURCE = "source"
 REVISION = "revision"
 WORKER_SPLIT = "worker_split"
+WEIGHTS = "weights"
+"""A weighted mixture's normalised ``--dataset.streaming_weights``: recorded only when set (the identities
+of unweighted runs are those of the versions before weights), compared always (absent = unweighted)."""
 COMPARED: dict[str, str] = {
     "total_frames": "total frames",
     "fps": "fps",
@@ -80,7 +83,9 @@ def dataset_identity(
 ) -> dict[str, Any]:
     """The plain, small identity recorded with a resume state."""
     selected = [int(e) for e in episodes]
+    weights = {} if config.streaming_weights is None else {WEIGHTS: list(config.streaming_weights)}
     return {
+        **weights,
         SOURCE: without_credentials(source_url),
         REVISION: revision,
         "total_frames": meta.total_frames,
@@ -115,6 +120,8 @@ def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -
     differences = []
     if saved.get(REVISION) and current.get(REVISION) and saved[REVISION] != current[REVISION]:
         differences.append(f"revision {saved[REVISION]} -> {current[REVISION]}")
+    if saved.get(WEIGHTS) != current.get(WEIGHTS):
+        differences.append(f"--dataset.streaming_weights {saved.get(WEIGHTS)!r} -> {current.get(WEIGHTS)!r}")
     for key, name in COMPARED.items():
         if key in saved and saved[key] != current.get(key):
             differences.append(f"{name} {saved[key]!r} -> {current.get(key)!r}")
