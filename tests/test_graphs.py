@@ -70,7 +70,7 @@ def test_weighted_mix_keeps_the_weights_covers_each_dataset_and_resumes_exactly(
     total = 400  # the mix never ends by itself: about 4 epochs of video (43 frames), 7 of tabular (35)
 
     def keys(samples, count):
-        return [(s[DATASET_KEY], int(s["dataset_index"]), int(s["index"])) for _, s in zip(range(count), samples)]
+        return [(s[DATASET_KEY], int(s["dataset_index"]), int(s["index"])) for _, s in zip(range(count), samples, strict=False)]
 
     mix = weighted_mix_graph(roots, weights, seed=3, config=CONFIG, rank=0, world_size=1)
     full = keys(Loader(mix.root), total)

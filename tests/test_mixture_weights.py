@@ -13,8 +13,10 @@ import collections
 from typing import Any
 
 import pytest
+import test_mixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_mixture import AV1, FEW, H264, expected_sample, keys_of, mixture, references, sequence, unbatched
 
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.errors import ConfigError
@@ -23,19 +25,8 @@ from lerobot_nodes.loader import streaming_dataloader
 from lerobot_nodes.nodes.weighted_sharder import WeightedMixtureSharder, next_dataset, normalized_weights
 from lerobot_nodes.testing.compare import assert_samples_equal
 
-from test_mixture import (  # noqa: F401  (fixtures)
-    AV1,
-    FEW,
-    H264,
-    expected_sample,
-    hub,
-    hub_folder,
-    keys_of,
-    mixture,
-    references,
-    sequence,
-    unbatched,
-)
+hub_folder = test_mixture.hub_folder  # the three datasets' fixtures, shared with tests/test_mixture.py
+hub = test_mixture.hub
 
 WEIGHTS = [0.6, 0.3, 0.1]
 
