@@ -197,3 +197,39 @@ def test_the_deficit_rule_keeps_every_dataset_within_its_bound(weights, lengths)
         for j, share in enumerate(shares):
             surplus = admitted[j] - share * total
             assert -(len(shares) - 1) * longest - 1e-6 <= surplus <= longest + 1e-6, (j, surplus)
+
+
+@pytest.mark.parametrize("strategy", ["remaining", "round_robin"])
+def test_an_episode_back_in_its_datasets_next_epoch_waits_for_its_visit_to_end(strategy):
+    """Dataset 0 is one 5-frame episode with 80 % of the weight: it comes back long before a pool of 4
+    would drain, and is admitted again only once its current visit is over; the state resumes exactly."""
+    from lerobot_nodes.nodes.pool_sampler import EpisodePoolSampler
+
+    lengths = {0: 5, 1: 3, 2: 4, 3: 6}
+
+    def sampler() -> EpisodePoolSampler:
+        sharder = WeightedMixtureSharder([[0], [1, 2, 3]], lengths, [0.8, 0.2], seed=3, lookahead=4)
+        node = EpisodePoolSampler(sharder, pool_size=4, strategy=strategy, seed=3)
+        node.reset(None)
+        return node
+
+    node = sampler()
+    items, states = [], []
+    for _ in range(300):
+        states.append(node.state_dict())
+        items.append(next(node))
+        resident = node.resident_episodes()
+        assert len(resident) == len(set(resident)), resident
+    frames: dict[int, list[int]] = collections.defaultdict(list)
+    for item in items:
+        frames[item.episode].append(item.frame)
+    for episode, seen in frames.items():
+        for start in range(0, len(seen), lengths[episode]):
+            visit = seen[start : start + lengths[episode]]
+            assert len(set(visit)) == len(visit), episode
+    zero = sum(1 for item in items if item.episode == 0)
+    assert abs(zero / len(items) - 0.8) < 0.05
+    for cut in (17, 150):
+        resumed = sampler()
+        resumed.reset(states[cut])
+        assert [next(resumed) for _ in range(len(items) - cut)] == items[cut:], cut
