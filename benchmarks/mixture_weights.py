@@ -3,7 +3,7 @@
 The two LeRobot-written test datasets (AV1 380 frames, H.264 414 frames) and a generated AV1 one
 (58 frames, the shape of the others), one ``StreamingLeRobotDataset`` each side, ``num_workers=0``
 (the graph runs in the measuring process, so ``time.process_time`` is its CPU), batches of 8, the
-ACT-like window of tests/test_mixture.py. The sides alternate (default, weighted, default, ...).
+ACT-like window of tests/mixture/helpers.py. The sides alternate (default, weighted, default, ...).
 
     python -m benchmarks.mixture_weights --samples 2400 --rounds 2
 

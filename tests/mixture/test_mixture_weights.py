@@ -1,6 +1,6 @@
 """A mixture with explicit weights: each dataset in its own epochs, its share of the frames as weighed.
 
-The three datasets of tests/test_mixture.py (the loopback Hub's generated one, LeRobot's AV1 and
+The three datasets of ``helpers.py`` (the loopback Hub's generated one, LeRobot's AV1 and
 H.264 writes: 58, 380 and 414 frames) with weights [0.6, 0.3, 0.1]. The long checks (10 epochs of
 the lightest dataset, about 41,000 anchors) run on the logical schedule the graph builds (sharder
 and pool sampler, real byte costs and GOP runs from the MP4 indexes); samples, topology and resume
@@ -13,10 +13,8 @@ import collections
 from typing import Any
 
 import pytest
-import test_mixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_mixture import AV1, FEW, H264, expected_sample, keys_of, mixture, references, sequence, unbatched
 
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.errors import ConfigError
@@ -25,8 +23,7 @@ from lerobot_nodes.loader import streaming_dataloader
 from lerobot_nodes.nodes.weighted_sharder import WeightedMixtureSharder, next_dataset, normalized_weights
 from lerobot_nodes.testing.compare import assert_samples_equal
 
-hub_folder = test_mixture.hub_folder  # the three datasets' fixtures, shared with tests/test_mixture.py
-hub = test_mixture.hub
+from .helpers import AV1, FEW, H264, expected_sample, keys_of, mixture, references, sequence, unbatched
 
 WEIGHTS = [0.6, 0.3, 0.1]
 
