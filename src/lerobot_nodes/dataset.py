@@ -237,7 +237,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             self.max_workers = max_workers_for_rank(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
         else:
             self.max_workers = weighted_max_workers(
-                self._weighted_parts, self._length_map(), self.rank, self.world_size, self.seed
+                self._weighted_parts, self._length_map(), self.rank, self.world_size, self.seed, self._part_names()
             )
         self._indexes: dict[str, VideoIndex] | None = self._open_indexes()
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
@@ -261,7 +261,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             episodes = rank_episodes(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
         else:  # each dataset split over the ranks on its own
             episodes = weighted_rank_episodes(
-                self._weighted_parts, self._length_map(), self.rank, self.world_size, self.seed
+                self._weighted_parts, self._length_map(), self.rank, self.world_size, self.seed, self._part_names()
             )
         workers = self._index_build_workers()
         listed = listed_sources(self.source)
@@ -333,6 +333,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 )
         return parts
 
+    def _part_names(self) -> tuple[str, ...] | None:
+        return self.meta.names if isinstance(self.meta, MixtureMeta) else None
+
     def _length_map(self) -> dict[int, int]:
         return dict(zip(self.episodes, self._lengths(), strict=True))
 
@@ -343,9 +346,14 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     def clamp_num_workers(self, num_workers: int) -> int:
         """``num_workers`` limited to the episodes this rank owns (a warning when it is cut)."""
         if num_workers > self.max_workers:
+            owns = (
+                f"it owns {self.max_workers} episode(s)" if self._weighted_parts is None
+                else f"with --dataset.streaming_weights every worker reads every dataset, and it owns {self.max_workers} "
+                "episode(s) of its smallest dataset share"
+            )
             warnings.warn(
-                f"--num_workers={num_workers} is more than rank {self.rank} can feed: it owns {self.max_workers} "
-                f"episode(s) and a worker needs at least one whole episode; using {self.max_workers} worker(s)",
+                f"--num_workers={num_workers} is more than rank {self.rank} can feed: {owns} and a worker needs at "
+                f"least one whole episode; using {self.max_workers} worker(s)",
                 stacklevel=2,
             )
             return self.max_workers

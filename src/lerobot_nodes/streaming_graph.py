@@ -325,6 +325,7 @@ def weighted_sharder(
         initial_epoch=schedule.epoch,
         worker_split=schedule.worker_split,
         lookahead=lookahead,
+        names=meta.names,
     )
 
 

@@ -174,6 +174,12 @@ def test_bad_weights_are_one_line_naming_the_flag():
     with pytest.raises(ConfigError, match="one dataset is streamed"):
         mixture(repo_id=None, root=AV1, rename_map=None, delta_timestamps=None, weights=[1, 1])
     assert StreamingConfig(streaming_weights=[7, 3]).streaming_weights == [0.7, 0.3]
+    # Every dataset is split over the ranks and workers on its own: the H.264 one has 6 episodes for 7 ranks.
+    with pytest.raises(ConfigError, match=r"^dataset 1 \(.*tiny-h264\) of the weighted mixture .*6 selected episode"):
+        mixture(repo_id=None, root=[AV1, H264], rename_map=None, delta_timestamps=None, weights=[1, 1], world_size=7, rank=0)
+    with pytest.warns(UserWarning, match="every worker reads every dataset, and it owns 3 episode"):
+        mixture(repo_id=None, root=[AV1, H264], rename_map=None, delta_timestamps=None, weights=[1, 1], world_size=2,
+                rank=0).clamp_num_workers(8)
 
 
 @settings(max_examples=200, deadline=None)

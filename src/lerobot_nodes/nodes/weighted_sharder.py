@@ -78,31 +78,53 @@ def part_seed(seed: int, dataset: int) -> int:
 
 
 def weighted_rank_episodes(
-    parts: Sequence[Sequence[int]], lengths: Mapping[int, int], rank: int, world_size: int, seed: int
+    parts: Sequence[Sequence[int]],
+    lengths: Mapping[int, int],
+    rank: int,
+    world_size: int,
+    seed: int,
+    names: Sequence[str] | None = None,
 ) -> list[int]:
     """The episodes rank ``rank`` reads in a weighted mixture: its share of every dataset (sorted)."""
     owned: list[int] = []
     for d, episodes in enumerate(parts):
-        owned += _dataset_share(d, rank_episodes, list(episodes), [lengths[e] for e in episodes], rank, world_size,
-                                part_seed(seed, d))
+        owned += _dataset_share(
+            _name(names, d), rank_episodes, list(episodes), [lengths[e] for e in episodes], rank, world_size,
+            part_seed(seed, d),
+        )
     return sorted(owned)
 
 
 def weighted_max_workers(
-    parts: Sequence[Sequence[int]], lengths: Mapping[int, int], rank: int, world_size: int, seed: int
+    parts: Sequence[Sequence[int]],
+    lengths: Mapping[int, int],
+    rank: int,
+    world_size: int,
+    seed: int,
+    names: Sequence[str] | None = None,
 ) -> int:
-    """Workers rank ``rank`` can feed in a weighted mixture: every worker needs an episode of every dataset."""
+    """Workers rank ``rank`` can feed in a weighted mixture: every worker needs an episode of every dataset,
+    so the fewest episodes the rank owns of any dataset."""
     return min(
-        len(_dataset_share(d, rank_episodes, list(e), [lengths[x] for x in e], rank, world_size, part_seed(seed, d)))
+        len(_dataset_share(_name(names, d), rank_episodes, list(e), [lengths[x] for x in e], rank, world_size,
+                           part_seed(seed, d)))
         for d, e in enumerate(parts)
     )
 
 
-def _dataset_share(dataset: int, split: Any, *args: Any) -> Any:
+def _name(names: Sequence[str] | None, dataset: int) -> str:
+    return f"dataset {dataset}" if names is None else f"dataset {dataset} ({names[dataset]})"
+
+
+def _dataset_share(label: str, split: Any, *args: Any) -> Any:
+    """``split(*args)``, a ConfigError saying which dataset it is about (each dataset is split on its own)."""
     try:
         return split(*args)
     except ConfigError as error:
-        raise ConfigError(f"dataset {dataset} of the weighted mixture: {error}") from None
+        raise ConfigError(
+            f"{label} of the weighted mixture (--dataset.streaming_weights splits every dataset over the ranks "
+            f"and workers on its own): {error}"
+        ) from None
 
 
 class _AdmissionWindow(Sequence[int]):
@@ -193,8 +215,10 @@ class WeightedMixtureSharder(BaseNode[int]):
         shuffle: bool = True,
         worker_split: str = CONTIGUOUS_SPLIT,
         lookahead: int = 8,
+        names: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
+        self.names = None if names is None else list(names)
         self.seed = resolve_seed(seed)
         self.weights = normalized_weights(weights, len(parts))
         self.rank, self.world_size, self.worker_id = int(rank), int(world_size), int(worker_id)
@@ -220,7 +244,7 @@ class WeightedMixtureSharder(BaseNode[int]):
         self, dataset: int, episodes: list[int], lengths: Mapping[int, int], worker_split: str
     ) -> RankWorkerSharder:
         return _dataset_share(
-            dataset,
+            _name(self.names, dataset),
             lambda: RankWorkerSharder(
                 episodes, [int(lengths[e]) for e in episodes], rank=self.rank, world_size=self.world_size,
                 worker_id=self.worker_id, num_workers=self.num_workers, seed=part_seed(self.seed, dataset),
