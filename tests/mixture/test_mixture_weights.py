@@ -236,3 +236,18 @@ def test_an_episode_back_in_its_datasets_next_epoch_waits_for_its_visit_to_end(s
         resumed = sampler()
         resumed.reset(states[cut])
         assert [next(resumed) for _ in range(len(items) - cut)] == items[cut:], cut
+
+
+def test_the_admission_window_keeps_what_the_prefetcher_reads_behind_the_cursor():
+    sharder = WeightedMixtureSharder([[0, 1], [2, 3, 4]], {e: 3 for e in range(5)}, [0.5, 0.5], lookahead=2)
+    sharder.reset(None)
+    admitted = [next(sharder) for _ in range(20000)]
+    order = sharder.order
+    assert len(order) == 20002 and list(order[20000 - 4096 : 20000]) == admitted[-4096:]
+    assert list(order[20000:20002]) == sharder.peek(2)
+    with pytest.raises(IndexError, match="no longer held"):
+        order[0:5]
+    for dataset in range(2):  # each dataset's admissions: its share once per its epoch
+        share = sharder.datasets[dataset].episodes
+        own = [e for e in admitted if e in share]
+        assert all(sorted(own[k : k + len(share)]) == sorted(share) for k in range(0, len(own) - len(share), len(share)))

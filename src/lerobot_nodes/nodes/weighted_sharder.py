@@ -36,7 +36,8 @@ ENDLESS_FRAMES = 1 << 62
 DATASET_EPOCH_STRIDE = 1 << 32
 """A dataset's epoch ``k`` of loader epoch ``e`` draws its episode and frame orders as epoch ``e * stride + k``."""
 _HISTORY = 4096
-"""Admitted episodes of the window kept for the prefetcher's frontier (it reads a little behind the cursor)."""
+"""Admitted episodes the window keeps behind the cursor at least: the prefetcher's frontier may be behind it
+by the episodes one pick admits (at most a pool)."""
 
 
 def normalized_weights(weights: Sequence[float], count: int, flag: str = "--dataset.streaming_weights") -> list[float]:
@@ -152,11 +153,13 @@ class _AdmissionWindow(Sequence[int]):
             raise IndexError(f"admission order before position {self.base} is no longer held (asked {position})")
         return self.items[position - self.base]
 
-    def trim(self, keep_from: int) -> None:
-        drop = keep_from - self.base
-        if drop > _HISTORY:
+    def trim(self, cursor: int) -> None:
+        """Drop entries more than :data:`_HISTORY` behind ``cursor`` (in steps of ``_HISTORY``, not per call)."""
+        behind = cursor - self.base
+        if behind > 2 * _HISTORY:
+            drop = behind - _HISTORY
             del self.items[:drop]
-            self.base = keep_from
+            self.base += drop
 
 
 class _Counters:
@@ -296,7 +299,7 @@ class WeightedMixtureSharder(BaseNode[int]):
 
     @property
     def dataset_epochs(self) -> list[int]:
-        """Per dataset, its epochs begun so far in this loader epoch (the current one included) minus one."""
+        """Per dataset, the number of its current epoch in this loader epoch (0: its first)."""
         return list(self._admitted.epochs)
 
     def peek(self, count: int) -> list[int]:
