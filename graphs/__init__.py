@@ -2,7 +2,7 @@
 
 - :func:`graphs.default.streaming_graph`: the default graph of SPEC section 2 for one dataset;
 - :func:`graphs.round_robin.round_robin_graph`: the same with the ``round_robin`` pool strategy;
-- :func:`graphs.weighted_mix.weighted_mix_graph`: a resumable weighted mix of two datasets.
+- :func:`graphs.weighted_mix.weighted_mix_graph`: a resumable weighted mix of datasets (one graph, explicit weights).
 
 Each returns an object whose ``root`` is a ``torchdata.nodes.BaseNode`` of samples; wrap it
 in ``torchdata.nodes.Loader`` to iterate, checkpoint (``state_dict``) and resume.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 from lerobot_nodes.graphs import round_robin_graph, streaming_graph, weighted_mix_graph
@@ -61,31 +63,34 @@ def test_round_robin_graph_visits_every_resident_episode_each_round(datasets):
 
 
 @pytest.mark.timeout(120)
-def test_weighted_mix_covers_each_dataset_and_resumes_exactly(datasets):
+def test_weighted_mix_keeps_the_weights_covers_each_dataset_and_resumes_exactly(datasets):
     video, tabular = datasets
     roots = {"video": video, "tabular": tabular}
     weights = {"video": 0.4, "tabular": 0.6}
+    total = 400  # the mix never ends by itself: about 4 epochs of video (43 frames), 7 of tabular (35)
 
-    def keys(samples):
-        return [(s[DATASET_KEY], int(s["index"])) for s in samples]
+    def keys(samples, count):
+        return [(s[DATASET_KEY], int(s["dataset_index"]), int(s["index"])) for _, s in zip(range(count), samples, strict=False)]
 
     mix = weighted_mix_graph(roots, weights, seed=3, config=CONFIG, rank=0, world_size=1)
-    full = keys(Loader(mix.root))
+    full = keys(Loader(mix.root), total)
     mix.close()
-    counts = {"video": 43, "tabular": 35}
-    for name, frames in counts.items():
-        first_epoch = [index for dataset, index in full if dataset == name][:frames]
-        assert sorted(first_epoch) == list(range(frames)), name
-    assert {dataset for dataset, _ in full} == set(roots)
-    for cut in (1, len(full) // 3, len(full) - 2):
+    assert {(name, index) for name, index, _ in full} == {("video", 0), ("tabular", 1)}
+    counts = collections.Counter(name for name, _, _ in full)
+    assert abs(counts["video"] / total - 0.4) < 0.05, counts  # the frames' shares would be 43/78
+    for name, frames in {"video": 43, "tabular": 35}.items():
+        visits = collections.Counter(index for dataset, _, index in full if dataset == name)
+        assert set(visits) == set(range(frames)), name
+        assert max(visits.values()) - min(visits.values()) <= 2, name  # each frame once per the dataset's epoch
+    for cut in (1, total // 3, total - 2):
         run = weighted_mix_graph(roots, weights, seed=3, config=CONFIG, rank=0, world_size=1)
         loader = Loader(run.root)
         iterator = iter(loader)
-        head = keys(next(iterator) for _ in range(cut))
+        head = keys(iterator, cut)
         state = loader.state_dict()
         run.close()
         resumed = weighted_mix_graph(roots, weights, seed=3, config=CONFIG, rank=0, world_size=1)
         resumed_loader = Loader(resumed.root)
         resumed_loader.load_state_dict(state)
-        assert head + keys(resumed_loader) == full, cut
+        assert head + keys(resumed_loader, total - cut) == full, cut
         resumed.close()

@@ -82,6 +82,11 @@ class StreamingConfig:
     files are missing or contradict the metadata; ``skip`` leaves such episodes of this rank out
     of its schedule (``lerobot_nodes.bad_episodes``), logs each kind once and records the skipped
     set in the metrics report and the resume identity.
+    ``streaming_weights`` (a mixture only, one per dataset, normalised): each dataset's share of the
+    frames streamed. Unset, every frame of the union is equally likely (each dataset's share is its
+    frames' share) and epochs cover the union. Set, every dataset is visited in its own epochs (each
+    of its frames once per epoch, its next epoch in its own order when it runs out) and the stream
+    does not end by itself: consume it by steps (``nodes.weighted_sharder``). Part of the resume identity.
     """
 
     streaming_episode_pool_size: int | None = None
@@ -103,6 +108,7 @@ class StreamingConfig:
     streaming_disk_cache_dir: str | None = None
     streaming_index_concurrency: int | None = None
     streaming_bad_episodes: str = BAD_EPISODES_RAISE
+    streaming_weights: list[float] | None = None
     max_num_shards: int = 16
 
     def __post_init__(self) -> None:
@@ -153,6 +159,12 @@ class StreamingConfig:
                 f"--dataset.streaming_bad_episodes must be one of {', '.join(BAD_EPISODE_POLICIES)}, "
                 f"got {self.streaming_bad_episodes!r}"
             )
+        _check_weights(self.streaming_weights)
+        if self.streaming_weights is not None:
+            # Normalised and rounded, so [7, 3] and [0.7, 0.3] are the same schedule and identity, and a
+            # second normalisation (dataclasses.replace) changes nothing.
+            total = float(sum(self.streaming_weights))
+            object.__setattr__(self, "streaming_weights", [round(float(w) / total, 12) for w in self.streaming_weights])
         _check_int("max_num_shards", self.max_num_shards, minimum=1)
 
     # -- per-rank limits split over a rank's workers --------------------------------------
@@ -195,6 +207,19 @@ class StreamingConfig:
 def _workers(num_workers: int) -> int:
     # num_workers=0 means "the training process": one reader.
     return max(1, int(num_workers))
+
+
+def _check_weights(weights: Any) -> None:
+    """A list of at least two positive finite numbers, or unset (the length is checked against the mixture)."""
+    if weights is None:
+        return
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, (list, tuple)) or len(weights) < 2 or any(
+        isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0 for w in weights
+    ):
+        raise ConfigError(
+            "--dataset.streaming_weights must be a JSON list of positive finite numbers, one per dataset of a mixture "
+            f"('[0.7,0.3]'), or unset for every frame of the union equally likely; got {weights!r}"
+        )
 
 
 def _check_int(name: str, value: Any, minimum: int, optional: bool = False) -> None:

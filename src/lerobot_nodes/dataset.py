@@ -37,6 +37,7 @@ from .format.mixture_open import MixtureRequest, RootArgument, is_mixture, open_
 from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
 from .nodes.sharder import max_workers_for_rank, rank_episodes, worker_episodes
+from .nodes.weighted_sharder import normalized_weights, weighted_max_workers, weighted_rank_episodes
 from .resume.identity import (
     batches_across_workers_of,
     check_identity,
@@ -101,6 +102,13 @@ def adopt_environment(environ: Mapping[str, str] | None) -> None:
     for key in [key for key in os.environ if key not in environ]:
         del os.environ[key]
     os.environ.update(environ)
+
+
+def _weights_argument(weights: Sequence[float]) -> list[float]:
+    """``weights=`` as a list (the checks are StreamingConfig's, naming the flag)."""
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise ConfigError(f"weights must be a list of numbers, one per dataset of the mixture, got {weights!r}")
+    return list(weights)
 
 
 def _close_if_alive(dataset: weakref.ref[StreamingLeRobotDataset]) -> None:
@@ -182,6 +190,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         batch_size: int | None = None,
         rename_map: Mapping[str, Mapping[str, str]] | None = None,
         bad_episodes: str | None = None,
+        weights: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
         exit_if_reimporting_main()  # a worker running an unguarded training script again: one line, not a crash
@@ -192,6 +201,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             config = dataclasses.replace(config, streaming_bad_episodes=bad_episodes)
         if max_num_shards is not None:
             config = dataclasses.replace(config, max_num_shards=max(1, int(max_num_shards)))
+        if weights is not None:
+            config = dataclasses.replace(config, streaming_weights=_weights_argument(weights))
         self.config = config
         self.repo_id = repo_id if repo_id is None or isinstance(repo_id, str) else list(repo_id)
         self.source: ByteSource
@@ -230,6 +241,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             # The files are checked for this rank's episodes only (_open_indexes), not for every episode.
             self.meta = load_meta(self.source, repo_id=single_repo, check_files=False)
             self.episodes = select_episodes(self.meta, episodes)
+        self._weighted_parts = self._check_weights()
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps is not None else None
         self.tolerance_s = tolerance_s
         self.image_transforms = image_transforms
@@ -255,9 +267,14 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.skipped = BadEpisodes()
         """This rank's episodes left out as bad (``bad_episodes="skip"``), by kind; empty with ``raise``."""
         self._indexes: dict[str, VideoIndex] | None = self._open_indexes()
-        self.max_workers = max_workers_for_rank(
-            self.episodes, self._lengths(), self.rank, self.world_size, self.seed, self.excluded
-        )
+        if self._weighted_parts is None:
+            self.max_workers = max_workers_for_rank(
+                self.episodes, self._lengths(), self.rank, self.world_size, self.seed, self.excluded
+            )
+        else:
+            self.max_workers = weighted_max_workers(
+                self._weighted_parts, self._length_map(), self.rank, self.world_size, self.seed, self._part_names()
+            )
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
         self.metrics = StreamingMetrics(self.counters)
         self.metrics.set_skipped(self.skipped.lines())
@@ -277,7 +294,12 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         open their own share again, from the cache this open fills. With ``bad_episodes="skip"``
         the bad ones of this share are left in :attr:`skipped` instead of raising.
         """
-        episodes = rank_episodes(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
+        if self._weighted_parts is None:
+            episodes = rank_episodes(self.episodes, self._lengths(), self.rank, self.world_size, self.seed)
+        else:  # each dataset split over the ranks on its own
+            episodes = weighted_rank_episodes(
+                self._weighted_parts, self._length_map(), self.rank, self.world_size, self.seed, self._part_names()
+            )
         workers = self._index_build_workers()
         listed = listed_sources(self.source)
         if self.config.streaming_native_http_connections is not None:
@@ -350,6 +372,32 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         sources = self.source.parts if isinstance(self.source, MixtureSource) else (self.source,)
         return max(default_build_workers(source) for source in sources)
 
+    def _check_weights(self) -> list[list[int]] | None:
+        """Per dataset its selected global episodes when ``--dataset.streaming_weights`` is set (checked
+        against the datasets: one weight each), else None."""
+        weights = self.config.streaming_weights
+        if weights is None:
+            return None
+        if not isinstance(self.meta, MixtureMeta):
+            raise ConfigError(
+                "--dataset.streaming_weights (weights=) weighs the datasets of a mixture, but one dataset is streamed: "
+                "give repo_id (or root) as a list of datasets, or leave the weights unset"
+            )
+        normalized_weights(weights, len(self.meta.parts))
+        parts = self.meta.dataset_episodes(self.episodes)
+        for name, part in zip(self.meta.names, parts, strict=True):
+            if not part:
+                raise ConfigError(
+                    f"--dataset.streaming_weights gives dataset {name} a weight but none of its episodes is selected"
+                )
+        return parts
+
+    def _part_names(self) -> tuple[str, ...] | None:
+        return self.meta.names if isinstance(self.meta, MixtureMeta) else None
+
+    def _length_map(self) -> dict[int, int]:
+        return dict(zip(self.episodes, self._lengths(), strict=True))
+
     def _lengths(self) -> list[int]:
         """Frame counts of the selected episodes, aligned with ``self.episodes``."""
         return self.meta.episodes.length[self.episodes].tolist() if self.episodes else []
@@ -357,9 +405,14 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     def clamp_num_workers(self, num_workers: int) -> int:
         """``num_workers`` limited to the episodes this rank owns (a warning when it is cut)."""
         if num_workers > self.max_workers:
+            owns = (
+                f"it owns {self.max_workers} episode(s)" if self._weighted_parts is None
+                else f"with --dataset.streaming_weights every worker reads every dataset, and it owns {self.max_workers} "
+                "episode(s) of its smallest dataset share"
+            )
             warnings.warn(
-                f"--num_workers={num_workers} is more than rank {self.rank} can feed: it owns {self.max_workers} "
-                f"episode(s) and a worker needs at least one whole episode; using {self.max_workers} worker(s)",
+                f"--num_workers={num_workers} is more than rank {self.rank} can feed: {owns} and a worker needs at "
+                f"least one whole episode; using {self.max_workers} worker(s)",
                 stacklevel=2,
             )
             return self.max_workers
@@ -413,6 +466,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 carried=None if start is None else start.carried_map(),
                 worker_split=self.worker_split,
                 excluded=self.excluded,
+                weights=self.config.streaming_weights,
             ),
             samples=self._sample_options(transforms_on_consumer=num_workers == 0),
             batches=None
@@ -462,6 +516,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         worker_id, num_workers = self._physical_topology()
+        self._check_weighted_resume(num_workers)
         begin = self._resume.begin(self._rank_schedule, worker_id, num_workers)
         if begin is None:
             # A new iterator after a finished one is the next epoch (the sharder counts epochs).
@@ -608,7 +663,20 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         (before the workers start) and the change is logged in the training process; without
         it every reader plans on its first ``iter()``. A no-op without a pending step resume.
         """
+        self._check_weighted_resume(int(num_workers))
         self._resume.plan(self._rank_schedule, Topology(self.world_size, int(num_workers)), batch_size)
+
+    def _check_weighted_resume(self, num_workers: int) -> None:
+        """A pending step resume of a weighted mixture in another topology: a ConfigError (not supported yet)."""
+        checkpoint = self._resume.pending_checkpoint
+        if self._weighted_parts is None or checkpoint is None:
+            return
+        if not Topology(self.world_size, num_workers).splits_like(checkpoint.topology):
+            raise ConfigError(
+                f"cannot resume step {checkpoint.step} of a {checkpoint.topology.describe()} run as "
+                f"{Topology(self.world_size, num_workers).describe()}: a weighted mixture "
+                "(--dataset.streaming_weights) resumes only with the checkpoint's world size and --num_workers"
+            )
 
     def _rank_schedule(self) -> RankSchedule:
         """This rank's plain schedules, what a step resume is planned against."""

@@ -25,11 +25,13 @@ from torchdata.nodes import BaseNode, Mapper
 from .batch_memory.batch_slots import BatchSlots
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, IN_PROCESS_KEEP, RecycledStorages
 from .config import BYTES_PER_MB, DEFAULT_RANK_POOL_SIZE, StreamingConfig, resolve_seed
+from .errors import ConfigError
 from .fetch.byte_cache import ByteBudget, EpisodeByteCache
 from .fetch.episode_fetch import VideoIndexProvider
 from .fetch.mixture_fetch import AnyEpisodeFetcher, open_episode_fetcher
 from .format.depth import DEFAULT_DEPTH_UNIT
 from .format.meta import DatasetMeta
+from .format.mixture import MixtureMeta
 from .metrics import MetricsSink, NullMetrics
 from .mp4.decode import DEFAULT_FRAME_CACHE_SIZE, REORDER_FRAMES
 from .mp4.index import VideoIndex
@@ -40,6 +42,7 @@ from .nodes.ordered_buffer import OrderedBuffer
 from .nodes.pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
 from .nodes.prefetcher import BytePrefetcher
 from .nodes.sharder import CONTIGUOUS_SPLIT, RankWorkerSharder
+from .nodes.weighted_sharder import WeightedMixtureSharder
 from .sample.assemble import SampleSpec
 from .sources import ByteSource
 
@@ -52,7 +55,7 @@ class StreamingGraph:
     """The nodes of one worker's graph; ``root`` yields samples (or batches of them) in schedule order."""
 
     root: BaseNode[dict[str, Any]]
-    sharder: RankWorkerSharder
+    sharder: RankWorkerSharder | WeightedMixtureSharder
     sampler: EpisodePoolSampler
     prefetcher: BytePrefetcher
     decoder: DecodeMapper
@@ -229,6 +232,9 @@ class ScheduleStart:
     carried: Mapping[int, tuple[int, int]] | None = None
     worker_split: str = CONTIGUOUS_SPLIT
     excluded: frozenset[int] = frozenset()
+    weights: Sequence[float] | None = None
+    """A mixture's explicit weights (``--dataset.streaming_weights``): the reader's source is a
+    :class:`WeightedMixtureSharder` (each dataset in its own epochs, an endless loader epoch)."""
 
 
 @dataclass(frozen=True)
@@ -278,9 +284,12 @@ class GraphServices:
 
 
 def schedule_sharder(
-    meta: DatasetMeta, episodes: Sequence[int], reader: ReaderSlot, schedule: ScheduleStart
-) -> RankWorkerSharder:
-    """The reader's share of ``episodes``, in epoch order (the first node of the graph)."""
+    meta: DatasetMeta, episodes: Sequence[int], reader: ReaderSlot, schedule: ScheduleStart, lookahead: int = 8
+) -> RankWorkerSharder | WeightedMixtureSharder:
+    """The reader's share of ``episodes``, in epoch order (the first node of the graph); with weights, the
+    weighted mixture of its share of each dataset (planning ``lookahead`` episodes ahead for the prefetcher)."""
+    if schedule.weights is not None:
+        return weighted_sharder(meta, episodes, reader, schedule, lookahead)
     return RankWorkerSharder(
         episodes,
         [int(meta.episodes.length[e]) for e in episodes],
@@ -296,8 +305,35 @@ def schedule_sharder(
     )
 
 
+def weighted_sharder(
+    meta: DatasetMeta, episodes: Sequence[int], reader: ReaderSlot, schedule: ScheduleStart, lookahead: int = 8
+) -> WeightedMixtureSharder:
+    """The :class:`WeightedMixtureSharder` of a mixture's ``episodes`` (global ids) for ``reader``."""
+    if not isinstance(meta, MixtureMeta) or schedule.weights is None:
+        raise ConfigError("--dataset.streaming_weights weighs the datasets of a mixture: give repo_id (or root) as a list")
+    if schedule.assigned is not None:
+        raise ConfigError(
+            "a weighted mixture (--dataset.streaming_weights) cannot be resumed in another world size or --num_workers: "
+            "resume with the checkpoint's topology"
+        )
+    return WeightedMixtureSharder(
+        meta.dataset_episodes(episodes),
+        {int(e): int(meta.episodes.length[e]) for e in episodes},
+        schedule.weights,
+        rank=reader.rank,
+        world_size=reader.world_size,
+        worker_id=reader.worker_id,
+        num_workers=reader.num_workers,
+        seed=resolve_seed(schedule.seed),
+        initial_epoch=schedule.epoch,
+        worker_split=schedule.worker_split,
+        lookahead=lookahead,
+        names=meta.names,
+    )
+
+
 def schedule_sampler(
-    sharder: RankWorkerSharder,
+    sharder: RankWorkerSharder | WeightedMixtureSharder,
     reader: ReaderSlot,
     config: StreamingConfig,
     schedule: ScheduleStart,
@@ -366,7 +402,7 @@ def build_streaming_graph(
     metrics = services.metrics or NullMetrics()
     episodes = [int(e) for e in episodes]
     spec = samples.spec(meta)
-    sharder = schedule_sharder(meta, episodes, reader, schedule)
+    sharder = schedule_sharder(meta, episodes, reader, schedule, lookahead=config.streaming_prefetch_episodes)
     fetcher = open_episode_fetcher(
         source, meta, episodes=sharder.episodes, index_provider=services.index_provider,
         opened_indexes=services.opened_indexes, lock_timeout_s=config.streaming_sidecar_lock_timeout_s,

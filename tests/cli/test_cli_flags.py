@@ -26,7 +26,8 @@ from .cli_process import assert_one_line_error, run_cli
 
 EVERY_FLAG = (*DATASET_FLAGS, *STREAMING_FLAGS, *TRAINING_FLAGS)
 EXAMPLES = {"episodes": "[0, 2]", "delta_timestamps": '{"action": [0.0, 0.1]}', "streaming_sampling_strategy": "round_robin",
-            "streaming_rename_map": '{"OWNER/B": {"observation.images.front": "observation.images.top"}}'}
+            "streaming_rename_map": '{"OWNER/B": {"observation.images.front": "observation.images.top"}}',
+            "streaming_weights": "[0.7, 0.3]"}
 EXAMPLES_BY_TYPE = {bool: "false", int: "3", float: "0.5", str: "text"}
 
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+import random
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -153,3 +159,74 @@ def test_a_rename_map_without_a_mixture_and_a_map_style_mixture_are_one_line(roo
         "--dataset.streaming=false",
     )
     assert_one_line_error(result, 2, "--dataset.streaming=false reads one dataset map-style")
+
+
+def _weighted(roots: list[Path], record: Path, *flags: str, **popen: object) -> subprocess.Popen[bytes]:
+    """``stream`` of the weighted mixture [0.7, 0.3] as a console-script process (killable)."""
+    return subprocess.Popen(
+        [
+            sys.executable, "-m", "lerobot_nodes.cli.main", "stream",
+            f"--dataset.repo_id={json.dumps(NAMES)}",
+            f"--dataset.root={json.dumps([str(root) for root in roots])}",
+            f"--dataset.streaming_rename_map={json.dumps(RENAME)}",
+            "--dataset.streaming_weights=[0.7,0.3]",
+            "--batch_size=4", "--num_workers=2", "--seed=7", "--window=none",
+            "--dataset.streaming_episode_pool_size=2", f"--record={record}", "--quiet", *flags,
+        ],
+        **popen,  # type: ignore[call-overload]
+    )
+
+
+def _steps(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_sigkill_of_a_weighted_mixture_then_resume_continues_identically(roots, tmp_path):
+    steps = 40  # 160 samples: the 63-frame union streams past its size (each dataset in its own epochs)
+    reference = tmp_path / "reference.jsonl"
+    assert _weighted(roots, reference, f"--steps={steps}").wait(timeout=300) == 0
+    counts = collections.Counter(sample[0] for sample in _samples(reference))
+    assert abs(counts[0] / (steps * 4) - 0.7) < 0.05  # the weights, not the frames' shares (35 / 63)
+    checkpoint = tmp_path / "checkpoint.pt"
+    interrupted = tmp_path / "interrupted.jsonl"
+    kill_after = random.Random(3).randrange(10, 30)
+    process = _weighted(
+        roots, interrupted, f"--steps={steps}", "--checkpoint-every=4", f"--save-checkpoint={checkpoint}",
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        if interrupted.exists() and len(interrupted.read_text().splitlines()) >= kill_after:
+            break
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    import torch
+
+    saved_step = torch.load(checkpoint, weights_only=False)["step"]
+    assert 4 <= saved_step < steps
+    resumed = tmp_path / "resumed.jsonl"
+    resumed.write_text("".join(json.dumps(r) + "\n" for r in _steps(interrupted) if r["step"] <= saved_step))
+    again = _weighted(roots, resumed, f"--steps={steps}", f"--resume={checkpoint}")
+    assert again.wait(timeout=300) == 0
+    assert _steps(resumed) == _steps(reference), f"killed after step {kill_after}, resumed from {saved_step}"
+    other = run_cli(
+        "stream", f"--dataset.repo_id={json.dumps(NAMES)}", f"--dataset.root={json.dumps([str(r) for r in roots])}",
+        f"--dataset.streaming_rename_map={json.dumps(RENAME)}", "--dataset.streaming_weights=[0.5,0.5]",
+        "--batch_size=4", "--num_workers=2", "--seed=7", "--window=none", "--dataset.streaming_episode_pool_size=2",
+        f"--steps={steps}", f"--resume={checkpoint}",
+    )
+    assert_one_line_error(other, 2, "cannot resume: the checkpoint was taken on another dataset")
+    assert "--dataset.streaming_weights" in other.stderr
+
+
+def test_bad_weights_are_one_line_naming_the_flag(roots):
+    mixture = [f"--dataset.root={json.dumps([str(root) for root in roots])}", "--steps=1"]
+    for value, message in (
+        ("[0.7,0.2,0.1]", "--dataset.streaming_weights has 3 weight(s) but the mixture has 2"),
+        ("[1,-1]", "--dataset.streaming_weights must be a JSON list of positive finite numbers"),
+        ("[0.7,", "--dataset.streaming_weights='[0.7,' is not a valid"),
+    ):
+        assert_one_line_error(run_cli("stream", *mixture, f"--dataset.streaming_weights={value}"), 2, message)
+    single = run_cli("stream", f"--dataset.root={roots[0]}", "--steps=1", "--dataset.streaming_weights=[1,1]")
+    assert_one_line_error(single, 2, "--dataset.streaming_weights (weights=) weighs the datasets of a mixture")

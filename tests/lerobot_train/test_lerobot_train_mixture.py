@@ -133,3 +133,35 @@ def test_lerobots_list_text_and_json_are_lists_and_anything_else_is_one_line():
         lerobot_list("--dataset.repo_id", "['A', ")
     with pytest.raises(ConfigError, match=r"^--dataset.root='\[1, 2\]' must be a JSON list of strings"):
         lerobot_list("--dataset.root", "[1, 2]")
+
+
+@needs_lerobot
+def test_act_trains_on_a_weighted_mixture_and_resumes_with_its_weights_sample_for_sample(trainer: Trainer):
+    """``--dataset.streaming_weights='[0.9,0.1]'`` reaches the dataset (its resume identity and the loader state
+    beside each checkpoint hold the weights), and ``--resume=true`` restores them: the same batches follow."""
+    common = (
+        *_flags(trainer),
+        *TINY_ACT,
+        "--dataset.streaming=true",
+        "--dataset.streaming_weights=[0.9,0.1]",
+        "--num_workers=2",
+        "--save_freq=3",
+        "--dataset.streaming_episode_pool_size=2",
+    )
+    whole = trainer.run(*common, "--steps=6", f"--output_dir={trainer.tmp / 'whole'}", record="whole.jsonl")
+    whole.check()
+    expected = whole.batches()
+    import torch
+
+    from lerobot_nodes.cli.lerobot_train import TRAINING_STATE_DIR, loader_state_file
+
+    state_file = trainer.tmp / "whole" / "checkpoints" / "000003" / TRAINING_STATE_DIR / loader_state_file(0)
+    saved = torch.load(state_file, weights_only=False)
+    assert saved["streaming"]["streaming_weights"] == [0.9, 0.1] and saved["dataset"]["weights"] == [0.9, 0.1]
+    partial = trainer.run(*common, "--steps=3", f"--output_dir={trainer.tmp / 'parts'}", record="parts.jsonl")
+    partial.check()
+    config = trainer.tmp / "parts" / "checkpoints" / "000003" / "pretrained_model" / "train_config.json"
+    resumed = trainer.run("--resume=true", f"--config_path={config}", "--steps=6", record="parts.jsonl")
+    resumed.check()
+    assert "resuming the streaming order exactly after step 3" in resumed.output
+    assert resumed.batches() == expected

@@ -79,3 +79,22 @@ def test_waits_return_payloads_raise_fetch_errors_and_end_on_cancel():
     with pytest.raises(FetchCancelled):
         cache.wait(0, threading.Event())
     assert cache.reserved_bytes == 0
+
+
+def test_an_episode_wanted_again_before_its_visit_closes_stays_held_for_the_next_visit():
+    """A weighted mixture's dataset epochs bring an episode back: the prefetcher may want it again while the
+    previous visit's samples are still scheduled; one close per visit, and the payload serves both."""
+    cache = EpisodeByteCache(ByteBudget(100, 100))
+    assert cache.want(0)  # the first visit: a new entry, to fetch
+    assert cache.try_reserve(0, 40)
+    cache.fulfil(0, "payload", fetched_bytes=40)
+    assert not cache.want(0)  # the next visit, planned ahead: held already, no second fetch
+    cache.close(0)  # the first visit's last sample is scheduled
+    assert cache.is_ready(0) and cache.reserved_bytes == 40
+    cache.acquire(0)
+    assert cache.wait(0, threading.Event()) == "payload"
+    cache.release(0)
+    assert cache.reserved_bytes == 40  # the second visit is not closed yet
+    cache.close(0)
+    assert cache.reserved_bytes == 0 and not cache.is_ready(0)
+    assert cache.want(0)  # after both visits, a third one fetches again

@@ -68,6 +68,9 @@ class _Entry:
     error: BaseException | None = None
     users: int = 0
     closed: bool = False
+    visits: int = 0
+    """``want`` calls not yet matched by a ``close``: an episode may be wanted again (a weighted mixture's
+    next dataset epoch) before its current visit closes, and then stays held for that visit."""
 
 
 @dataclass(frozen=True)
@@ -133,10 +136,17 @@ class EpisodeByteCache:
             )
 
     # -- life of an entry -----------------------------------------------------------------
-    def want(self, episode: int) -> None:
-        """Make sure ``episode`` has an entry (no bytes counted yet)."""
+    def want(self, episode: int) -> bool:
+        """Make sure ``episode`` has an entry (no bytes counted yet) for one more visit; True when the
+        entry is new (a held one serves the visit with the payload it has or is fetching)."""
         with self._cond:
-            self._entries.setdefault(episode, _Entry())
+            entry = self._entries.get(episode)
+            fresh = entry is None
+            if entry is None:
+                entry = self._entries[episode] = _Entry()
+            entry.visits += 1
+            entry.closed = False
+            return fresh
 
     def try_reserve(self, episode: int, nbytes: int) -> bool:
         """Count ``nbytes`` for ``episode`` if the budget admits it now; True when reserved."""
@@ -208,7 +218,8 @@ class EpisodeByteCache:
             entry = self._entries.get(episode)
             if entry is None:
                 return
-            entry.closed = True
+            entry.visits -= 1
+            entry.closed = entry.visits <= 0
             freed = self._maybe_free(episode, entry)
         self._notify_freed(freed)
 

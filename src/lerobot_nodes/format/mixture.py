@@ -147,6 +147,10 @@ class MixtureMeta(DatasetMeta):
         parts = self.dataset_indexes(chosen)
         return [chosen[parts == i] - int(self.episode_offsets[i]) for i in range(len(self.parts))]
 
+    def dataset_episodes(self, episodes: Sequence[int] | np.ndarray) -> list[list[int]]:
+        """Per dataset, its global episode ids among ``episodes`` (in the order given)."""
+        return [(local + int(self.episode_offsets[d])).tolist() for d, local in enumerate(self.split_episodes(episodes))]
+
     # -- file locations (prefixed with the dataset) ------------------------------------
     def data_file(self, episode: int) -> str:
         part, local = self.part_of(episode)

@@ -26,6 +26,7 @@ from ..config import SAMPLING_STRATEGIES, resolve_seed
 from ..errors import ConfigError
 from ..fetch.byte_cache import ByteBudget
 from .sharder import RankWorkerSharder, seed_entropy
+from .weighted_sharder import WeightedMixtureSharder
 
 _CHOICE_STREAM = 0x43484F53
 _FRAME_STREAM = 0x4652414D
@@ -190,7 +191,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
 
     def __init__(
         self,
-        source: RankWorkerSharder,
+        source: RankWorkerSharder | WeightedMixtureSharder,
         *,
         pool_size: int,
         strategy: str = "remaining",
@@ -210,6 +211,8 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
                 f"--dataset.streaming_sampling_strategy must be one of {', '.join(SAMPLING_STRATEGIES)}, got {strategy!r}"
             )
         self.source = source
+        # A weighted mixture's source yields an episode again in its dataset's next epoch.
+        self._repeats = bool(getattr(source, "REPEATS_EPISODES", False))
         self.pool_size = int(pool_size)
         self.strategy = strategy
         self.seed = resolve_seed(seed)
@@ -228,7 +231,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         self._rng = np.random.default_rng(0)
         self._num_yielded = 0
 
-    def clone(self, source: RankWorkerSharder) -> EpisodePoolSampler:
+    def clone(self, source: RankWorkerSharder | WeightedMixtureSharder) -> EpisodePoolSampler:
         """A fresh sampler with the same settings over ``source`` (not yet reset)."""
         return EpisodePoolSampler(
             source,
@@ -348,7 +351,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         """Episodes in the pool now, in admission order."""
         return [episode for episode, _ in self._pool]
 
-    def admission_order(self) -> list[int]:
+    def admission_order(self) -> Sequence[int]:
         """Every episode of this epoch in the order the pool admits them."""
         return self.source.order
 
@@ -447,6 +450,8 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             upcoming = self.source.peek(1)
             if not upcoming:
                 return
+            if self._repeats and any(episode == upcoming[0] for episode, _ in self._pool):
+                return  # its dataset's next epoch (a weighted mixture): admitted once its current visit ends
             held = sum(self.cost(episode) for episode, _ in self._pool)
             if not self.budget.admits(held, len(self._pool), self.cost(upcoming[0])):
                 return
@@ -458,7 +463,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
     def _frame_order(self, episode: int) -> np.ndarray:
         order = self._orders.get(episode)
         if order is None:
-            epoch = self.carried[episode][1] if episode in self.carried else self.epoch
+            epoch = self.carried[episode][1] if episode in self.carried else self.source.frame_epoch(episode)
             starts = self.run_starts(episode) if self.run_starts is not None else None
             order = self._orders[episode] = frame_order(
                 self.seed,

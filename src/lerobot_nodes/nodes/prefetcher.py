@@ -151,7 +151,7 @@ class BytePrefetcher(BaseNode[SampleTask]):
         order = self.source.admission_order()
         end = min(len(order), self.source.admitted_count() + self.prefetch_episodes)
         if end > self._frontier_end:
-            fresh = order[self._frontier_end : end]
+            fresh = list(order[self._frontier_end : end])
             self._frontier_end = end
             self._want(fresh)
 
@@ -161,8 +161,8 @@ class BytePrefetcher(BaseNode[SampleTask]):
         priced = [(episode, self.source.cost(episode)) for episode in episodes]
         with self._lock:
             for episode, cost in priced:
-                self.cache.want(episode)
-                self._wanted.append((episode, cost))
+                if self.cache.want(episode):  # a held entry (an earlier visit) needs no second fetch
+                    self._wanted.append((episode, cost))
 
     def _pump(self) -> None:
         """Start every fetch the budget admits now, strictly in frontier order."""

@@ -367,6 +367,10 @@ class RankWorkerSharder(BaseNode[int]):
         """The next ``count`` episodes this epoch will yield, without consuming them."""
         return self._order[self._cursor : self._cursor + max(0, count)]
 
+    def frame_epoch(self, episode: int) -> int:
+        """The epoch whose frame order ``episode`` follows: this epoch (every episode is read once per epoch)."""
+        return self.epoch
+
     def epoch_order(self, epoch: int) -> list[int]:
         """The admission order of ``epoch``: a pure function of (seed, epoch, rank, worker)."""
         if not self.shuffle:

@@ -45,6 +45,9 @@ WORKER_SPLIT = "worker_split"
 BATCHES_ACROSS_WORKERS = "batches_across_workers"
 SKIPPED = "skipped_episodes"
 NONE_SKIPPED = "none"
+WEIGHTS = "weights"
+"""A weighted mixture's normalised ``--dataset.streaming_weights``: recorded only when set (the identities
+of unweighted runs are those of the versions before weights), compared always (absent = unweighted)."""
 COMPARED: dict[str, str] = {
     "total_frames": "total frames",
     "fps": "fps",
@@ -92,7 +95,9 @@ def dataset_identity(
 ) -> dict[str, Any]:
     """The plain, small identity recorded with a resume state."""
     selected = [int(e) for e in episodes]
+    weights = {} if config.streaming_weights is None else {WEIGHTS: list(config.streaming_weights)}
     return {
+        **weights,
         SOURCE: without_credentials(source_url),
         REVISION: revision,
         "total_frames": meta.total_frames,
@@ -153,6 +158,8 @@ def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -
         )
     if saved.get(REVISION) and current.get(REVISION) and saved[REVISION] != current[REVISION]:
         differences.append(f"revision {saved[REVISION]} -> {current[REVISION]}")
+    if saved.get(WEIGHTS) != current.get(WEIGHTS):
+        differences.append(f"--dataset.streaming_weights {saved.get(WEIGHTS)!r} -> {current.get(WEIGHTS)!r}")
     for key, name in COMPARED.items():
         if key in saved and saved[key] != current.get(key):
             differences.append(f"{name} {saved[key]!r} -> {current.get(key)!r}")

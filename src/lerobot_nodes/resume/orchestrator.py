@@ -108,6 +108,11 @@ class ResumeOrchestrator:
     def __init__(self) -> None:
         self.stage: Stage = None
 
+    @property
+    def pending_checkpoint(self) -> StepCheckpoint | None:
+        """The step checkpoint a reader has not started from yet (None at any other stage)."""
+        return self.stage.checkpoint if isinstance(self.stage, (StepPending, StepPlanned)) else None
+
     # -- entering --------------------------------------------------------------------------
     def from_step(self, checkpoint: StepCheckpoint) -> None:
         self.stage = StepPending(checkpoint)

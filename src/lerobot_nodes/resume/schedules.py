@@ -95,6 +95,10 @@ def plain_samplers(
 
         def make(rank: int, worker_id: int, num_workers: int) -> EpisodePoolSampler:
             reader = ReaderSlot(rank, world_size, worker_id, num_workers)
+            if config.streaming_weights is not None:  # a weighted mixture splits each dataset on its own
+                weighted = ScheduleStart(seed=seed, worker_split=worker_split, weights=config.streaming_weights)
+                sharder = schedule_sharder(meta, episodes, reader, weighted, config.streaming_prefetch_episodes)
+                return schedule_sampler(sharder, reader, config, schedule, runs)
             # the worker's own split, computed once per rank
             assigned = ScheduleStart(seed=seed, assigned=split(rank, num_workers)[worker_id])
             return schedule_sampler(schedule_sharder(meta, episodes, reader, assigned), reader, config, schedule, runs)

@@ -11,15 +11,10 @@ from __future__ import annotations
 import collections
 import logging
 import random
-from pathlib import Path
-from typing import Any
 
-import huggingface_hub.constants
 import pytest
 import torch
 
-from lerobot_nodes import MapStyleLeRobotDataset
-from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.dataset import StreamingLeRobotDataset
 from lerobot_nodes.errors import ConfigError
 from lerobot_nodes.format.mixture import MixtureMeta
@@ -27,126 +22,23 @@ from lerobot_nodes.loader import streaming_dataloader
 from lerobot_nodes.sources import HubRepoSource, LocalSource
 from lerobot_nodes.testing import write_dataset
 from lerobot_nodes.testing.compare import assert_samples_equal
-from lerobot_nodes.testing.hub import LoopbackHub
 
-DATA = Path(__file__).parent / "data"
-AV1 = DATA / "lerobot-writer-tiny-av1"
-H264 = DATA / "lerobot-writer-tiny-h264"
-HUB_REPO = "lerobot-nodes/mixture-hub"
-NAMES = [HUB_REPO, "local/tiny-av1", "local/tiny-h264"]
-RENAME = {HUB_REPO: {"observation.images.front": "observation.images.top"}}
-WINDOW = {"action": [0.0, 1 / 30, 2 / 30], "observation.images.top": [-1 / 30, 0.0]}
-CONFIG = StreamingConfig(
-    streaming_episode_pool_size=2, streaming_prefetch_episodes=2, streaming_decode_threads=2
+from .helpers import (
+    AV1,
+    CONFIG,
+    DATA,
+    FEW,
+    H264,
+    HUB_REPO,
+    NAMES,
+    all_frames,
+    expected_sample,
+    keys_of,
+    mixture,
+    references,
+    sequence,
+    unbatched,
 )
-# A few episodes of each dataset: the topology and resume tests need every dataset, not every frame.
-FEW = {HUB_REPO: [0, 2], "local/tiny-av1": [1, 5], "local/tiny-h264": [0, 3, 4]}
-
-
-@pytest.fixture(scope="module")
-def hub_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Shaped like the LeRobot-written ones (14-dim state and action, 96x128 cameras), its top camera named front."""
-    return write_dataset(
-        tmp_path_factory.mktemp("mixture") / "hub",
-        episode_lengths=[16, 9, 21, 12],
-        cameras=("observation.images.front", "observation.images.wrist"),
-        height=96,
-        width=128,
-        state_dim=14,
-        action_dim=14,
-        seed=4,
-    )
-
-
-@pytest.fixture
-def hub(hub_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True, raising=False)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True, raising=False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    with LoopbackHub() as server:
-        server.add_dataset(HUB_REPO, hub_folder)
-        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-        yield server
-
-
-def mixture(**kwargs: Any) -> StreamingLeRobotDataset:
-    options: dict[str, Any] = {
-        "repo_id": NAMES,
-        "root": [None, AV1, H264],
-        "rename_map": RENAME,
-        "delta_timestamps": WINDOW,
-        "return_uint8": True,
-        "seed": 5,
-        "config": CONFIG,
-    }
-    options.update(kwargs)
-    return StreamingLeRobotDataset(**options)
-
-
-def references(hub_folder: Path) -> list[MapStyleLeRobotDataset]:
-    """The map-style reader of each dataset, on its own names (the window of ``top`` on ``front``)."""
-    hub_window = {
-        "observation.images.front" if k == "observation.images.top" else k: v for k, v in WINDOW.items()
-    }
-    return [
-        MapStyleLeRobotDataset(root=hub_folder, delta_timestamps=hub_window, return_uint8=True),
-        MapStyleLeRobotDataset(root=AV1, delta_timestamps=WINDOW, return_uint8=True),
-        MapStyleLeRobotDataset(root=H264, delta_timestamps=WINDOW, return_uint8=True),
-    ]
-
-
-def expected_sample(
-    reference: MapStyleLeRobotDataset, dataset_index: int, index: int, order: list[str]
-) -> dict[str, Any]:
-    """What the mixture must deliver for frame ``index`` of dataset ``dataset_index``: the map-style
-    sample renamed, without the features the mixture drops, then ``dataset_index``; in the mixture's key order."""
-    renames = RENAME.get(NAMES[dataset_index], {})
-    renamed = {}
-    for key, value in reference[index].items():
-        is_pad = key.endswith("_is_pad")
-        base = key[: -len("_is_pad")] if is_pad else key
-        target = renames.get(base, base)
-        renamed[target + "_is_pad" if is_pad else target] = value
-    renamed.pop("observation.images.left", None)
-    renamed["dataset_index"] = torch.tensor(dataset_index)
-    assert set(renamed) == set(order), f"dataset {dataset_index}: {sorted(renamed)} != {sorted(order)}"
-    return {key: renamed[key] for key in order}
-
-
-def unbatched(batch: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{k: v[i] for k, v in batch.items()} for i in range(len(batch["index"]))]
-
-
-def keys_of(batch: dict[str, Any]) -> list[tuple[int, int]]:
-    return list(zip(batch["dataset_index"].tolist(), batch["index"].tolist(), strict=True))
-
-
-def sequence(loader: Any, batches: int) -> list[list[tuple[int, int]]]:
-    out = []
-    iterator = iter(loader)
-    for _ in range(batches):
-        try:
-            out.append(keys_of(next(iterator)))
-        except StopIteration:
-            iterator = iter(loader)
-            out.append(keys_of(next(iterator)))
-    return out
-
-
-def all_frames(dataset: StreamingLeRobotDataset) -> set[tuple[int, int]]:
-    """``(dataset_index, index)`` of every selected frame, from the parts' own metadata."""
-    meta = dataset.meta
-    assert isinstance(meta, MixtureMeta)
-    frames = set()
-    for episode in dataset.episodes:
-        part, local = meta.part_of(episode)
-        start, stop = meta.parts[part].episode_bounds(local)
-        frames |= {(part, i) for i in range(start, stop)}
-    return frames
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
