@@ -20,7 +20,6 @@ import threading
 import weakref
 from typing import Any
 
-from .batch_memory.recycled_storage import RECEIVED
 from .batch_memory.worker_parts import JoinedParts
 from .dataset import StreamingLeRobotDataset
 from .errors import ConfigError
@@ -97,7 +96,6 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
         # one waiting for the other workers' parts (measured: 72 % reused, 41 % without it); a whole
         # batch is also held by the training step, and while it fetches the next.
         dataset.batches_in_flight = (prefetch_factor or 2) + (1 if across else 2)
-        RECEIVED.ensure_capacity(num_workers * (dataset.batches_in_flight + 1))  # the segments workers keep
         options.update(
             persistent_workers=True,
             prefetch_factor=prefetch_factor,

@@ -132,17 +132,3 @@ def test_released_storages_beyond_one_spare_are_dropped() -> None:
     assert held == [True, False, False]  # the reused one; released ones beyond SPARE (0) dropped
     assert (storages.reused, storages.created) == (1, 3)
 
-
-def test_received_mappings_keep_the_latest_storages_up_to_their_capacity():
-    from lerobot_nodes.batch_memory.recycled_storage import ReceivedMappings
-
-    kept = ReceivedMappings()
-    storages = [torch.UntypedStorage(64) for _ in range(4)]
-    kept.keep(storages[0])
-    assert kept._kept == {}  # capacity 0: nothing kept until a loader sets it
-    kept.ensure_capacity(2)
-    kept.ensure_capacity(1)  # never lowered
-    for storage in storages:
-        kept.keep(storage)
-    kept.keep(storages[2])  # received again: the most recent
-    assert list(kept._kept.values()) == [storages[3], storages[2]]

@@ -173,39 +173,6 @@ class RecycledBatch(dict):  # type: ignore[type-arg]
         return whole, layout, rest, list(self.keys())
 
 
-class ReceivedMappings:
-    """The mappings of the last recycled segments this process received, kept alive.
-
-    A segment a worker writes again arrives as the same shared memory; torch maps it again only
-    if no storage of this process still maps it (``torch.multiprocessing.reductions.shared_cache``).
-    Without this, every batch's pages were mapped afresh and faulted in on first read: about a
-    page fault per 4 KiB of every batch the training step reads. Keeping the last ``capacity``
-    mappings (the segments the workers keep: ``streaming_dataloader`` raises it to workers x
-    segments kept per worker) lets a reused segment arrive with its pages mapped. A segment a
-    worker has dropped lingers here until ``capacity`` newer ones have arrived.
-    """
-
-    def __init__(self, capacity: int = 0) -> None:
-        self.capacity = int(capacity)
-        self._kept: dict[int, torch.UntypedStorage] = {}
-
-    def ensure_capacity(self, capacity: int) -> None:
-        self.capacity = max(self.capacity, int(capacity))
-
-    def keep(self, storage: torch.UntypedStorage) -> None:
-        if self.capacity <= 0:
-            return
-        key = storage.data_ptr()
-        self._kept.pop(key, None)
-        self._kept[key] = storage  # most recent last
-        while len(self._kept) > self.capacity:
-            self._kept.pop(next(iter(self._kept)))
-
-
-RECEIVED = ReceivedMappings()
-"""This process's :class:`ReceivedMappings` (capacity 0, keeping nothing, until a loader sets it)."""
-
-
 def receive_recycled_batch(
     whole: torch.Tensor,
     layout: list[tuple[str, torch.dtype, tuple[int, ...], int]],
@@ -213,8 +180,6 @@ def receive_recycled_batch(
     order: list[str],
 ) -> dict[str, Any]:
     """The training process's side of :meth:`RecycledBatch.__reduce__`: a plain ``dict`` batch."""
-    if whole.untyped_storage().is_shared():
-        RECEIVED.keep(whole.untyped_storage())
     holder = whole.numpy()
     weakref.finalize(holder, _release, whole)
     # frombuffer keeps ``holder`` alive as long as any tensor made from it.
