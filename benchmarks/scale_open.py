@@ -32,7 +32,7 @@ log peak growth, over log episodes: 1.0 is linear).
     python benchmarks/scale_open.py --plot-from results.jsonl --plot benchmarks/plots/scale_open/scale_open.png
     # the code before a change, from a worktree of HEAD:
     git worktree add /tmp/before HEAD
-    python benchmarks/scale_open.py --episodes 10000 100000 --src /tmp/before/src --label before
+    python benchmarks/scale_open.py --episodes 10000 100000 --against /tmp/before/src --repeat 3
     git worktree remove /tmp/before
 
 The files dimension (issue 28): ``--files 100 1000 5000 20000`` times the construction of
@@ -448,6 +448,12 @@ def main() -> None:
     )
     parser.add_argument("--label", default="current")
     parser.add_argument(
+        "--against",
+        help="also run the code of this src/ folder (e.g. a worktree of the commit before), each run "
+        "alternating with this code's",
+    )
+    parser.add_argument("--against-label", default="before")
+    parser.add_argument(
         "--modes",
         nargs="+",
         default=["cold", "warm"],
@@ -529,46 +535,56 @@ def main() -> None:
     print(header)
     print("|" + "---|" * 12)
     rows: list[dict] = []
+    # (label, src): with --against, each run of the code before and of this code alternate, so load
+    # from other work on the machine falls on both sides alike.
+    sides = [(args.label, args.src)] + ([(args.against_label, args.against)] if args.against else [])
     for episodes in args.episodes:
         root = dataset_root(args.root, episodes, args.stats_features)
-        # warm opens map the table the first cold open of this size wrote into this home
-        filled = Path(tempfile.mkdtemp(prefix="scale-open-home-"))
+        # warm opens map the table the first cold open of this size (and code) wrote into this home
+        filled = {label: Path(tempfile.mkdtemp(prefix="scale-open-home-")) for label, _ in sides}
         try:
             modes = list(args.modes)
             if "warm" in modes and ("cold" not in modes or modes.index("warm") < modes.index("cold")):
-                run_child(root, "cold", args.src, filled)
+                for label, src in sides:
+                    run_child(root, "cold", src, filled[label])
             for mode in args.modes:
-                runs = []
-                for _ in range(args.repeat):
-                    if mode == "warm":
-                        runs.append(run_child(root, mode, args.src, filled))
-                        continue
-                    empty = Path(tempfile.mkdtemp(prefix="scale-open-home-"))
-                    try:
-                        runs.append(run_child(root, mode, args.src, empty))
-                    finally:
-                        if mode == "cold" and not any(filled.iterdir()):
-                            shutil.rmtree(filled)
-                            shutil.move(empty, filled)
-                        shutil.rmtree(empty, ignore_errors=True)
-                best = min(runs, key=lambda r: r["seconds"])
-                rows += [{"label": args.label, "episodes": episodes, "mode": mode, **r} for r in runs]
-                if args.json:
-                    with args.json.open("a") as f:
-                        for r in runs:
-                            f.write(
-                                json.dumps({"label": args.label, "episodes": episodes, "mode": mode, **r})
-                                + "\n"
-                            )
-                print(
-                    f"| {args.label} | {episodes} | {mode} | {best['seconds']:.2f} "
-                    f"| {best.get('cpu_seconds', -1):.2f} | {best['peak_growth_mb']:.0f} "
-                    f"| {best['after_rss_mb']:.0f} | {best['after_pss_mb']:.0f} | {best['bytes_read_mb']:.1f} "
-                    f"| {best['requests']} | {best.get('parquet_files_read', '-')} | {best['digest']} |",
-                    flush=True,
-                )
+                runs: dict[str, list[dict]] = {label: [] for label, _ in sides}
+                for repeat in range(args.repeat):
+                    for label, src in sides if repeat % 2 == 0 else sides[::-1]:
+                        if mode == "warm":
+                            runs[label].append(run_child(root, mode, src, filled[label]))
+                            continue
+                        empty = Path(tempfile.mkdtemp(prefix="scale-open-home-"))
+                        try:
+                            runs[label].append(run_child(root, mode, src, empty))
+                        finally:
+                            if mode == "cold" and not any(filled[label].iterdir()):
+                                shutil.rmtree(filled[label])
+                                shutil.move(empty, filled[label])
+                            shutil.rmtree(empty, ignore_errors=True)
+                for label, _ in sides:
+                    side_runs = runs[label]
+                    best = min(side_runs, key=lambda r: r["seconds"])
+                    rows += [{"label": label, "episodes": episodes, "mode": mode, **r} for r in side_runs]
+                    if args.json:
+                        with args.json.open("a") as f:
+                            for r in side_runs:
+                                f.write(json.dumps({"label": label, "episodes": episodes, "mode": mode, **r}) + "\n")
+                    spread = ""
+                    if len(side_runs) > 1:
+                        walls = sorted(r["seconds"] for r in side_runs)
+                        cpus = sorted(r.get("cpu_seconds", -1) for r in side_runs)
+                        spread = f" (runs: {walls[0]:.2f}-{walls[-1]:.2f} s, CPU {cpus[0]:.2f}-{cpus[-1]:.2f} s)"
+                    print(
+                        f"| {label} | {episodes} | {mode} | {best['seconds']:.2f} "
+                        f"| {best.get('cpu_seconds', -1):.2f} | {best['peak_growth_mb']:.0f} "
+                        f"| {best['after_rss_mb']:.0f} | {best['after_pss_mb']:.0f} | {best['bytes_read_mb']:.1f} "
+                        f"| {best['requests']} | {best.get('parquet_files_read', '-')} | {best['digest']} |{spread}",
+                        flush=True,
+                    )
         finally:
-            shutil.rmtree(filled, ignore_errors=True)
+            for home in filled.values():
+                shutil.rmtree(home, ignore_errors=True)
     print_exponents(rows)
     if args.plot:
         plot(rows, args.plot)

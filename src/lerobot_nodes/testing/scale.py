@@ -8,6 +8,8 @@ metadata reads them.
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +83,29 @@ def _stats_columns(rows: int, rng: np.random.Generator, features: int | None = N
     return {name: array for name, array in columns.items() if name.split("/")[1] in names}
 
 
+def _draw_lengths(rng: np.random.Generator, episodes: int) -> np.ndarray:
+    return rng.integers(200, 401, size=episodes).astype(np.int64)
+
+
+def scale_episode_lengths(episodes: int, seed: int = 0) -> np.ndarray:
+    """The episode lengths :func:`write_scale_metadata` writes for ``episodes`` and ``seed`` (the
+    rows of episode ``e`` are ``[cumsum[e] - length[e], cumsum[e])``), to check an open against."""
+    return _draw_lengths(np.random.default_rng(seed), episodes)
+
+
+def _empty_files(root: Path, template: str, count: int) -> None:
+    """``count`` empty files named by ``template`` (numbered as LeRobot numbers files) under ``root``:
+    one ``mkdir`` per chunk folder and one create per file (55,000 payload files at 1M episodes)."""
+    made: set[int] = set()
+    for number in range(count):
+        chunk, file = _file_location(number)
+        path = os.path.join(root, template.format(chunk=chunk, file=file))
+        if chunk not in made:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            made.add(chunk)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+
+
 def write_scale_metadata(root: Path, episodes: int, seed: int = 0, stats_features: int | None = None) -> Path:
     """Synthetic v3.0 metadata of ``episodes`` episodes (and an empty payload) at ``root``, laid out as
     LeRobot writes a DROID-sized dataset: 1,000 episodes per ``meta/episodes`` file in row groups of
@@ -88,7 +113,7 @@ def write_scale_metadata(root: Path, episodes: int, seed: int = 0, stats_feature
     ``stats_features`` features (default all 20: 200 columns). Returns ``root``."""
 
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(200, 401, size=episodes).astype(np.int64)
+    lengths = _draw_lengths(rng, episodes)
     to_index = np.cumsum(lengths)
     from_index = to_index - lengths
     tasks = [f"put the {c} object in the {p} (task {i})" for i, (c, p) in
@@ -110,7 +135,9 @@ def write_scale_metadata(root: Path, episodes: int, seed: int = 0, stats_feature
 
     (root / "meta").mkdir(parents=True, exist_ok=True)
     stats_template = _stats_columns(EPISODES_PER_FILE, rng, stats_features)
-    for number, start in enumerate(range(0, episodes, EPISODES_PER_FILE)):
+
+    def write_episodes_file(number: int) -> None:
+        start = number * EPISODES_PER_FILE
         stop = min(episodes, start + EPISODES_PER_FILE)
         rows = slice(start, stop)
         chunk, file = _file_location(number)
@@ -134,20 +161,18 @@ def write_scale_metadata(root: Path, episodes: int, seed: int = 0, stats_feature
         columns["meta/episodes/chunk_index"] = pa.array(np.full(count, chunk, dtype=np.int64))
         columns["meta/episodes/file_index"] = pa.array(np.full(count, file, dtype=np.int64))
         path = root / f"meta/episodes/chunk-{chunk:03d}/file-{file:03d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table(columns), path, row_group_size=ROWS_PER_ROW_GROUP, compression="snappy")
 
-    for number in range(int(data_file[-1]) + 1):
-        chunk, file = _file_location(number)
-        path = root / f"data/chunk-{chunk:03d}/file-{file:03d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
+    file_count = -(-episodes // EPISODES_PER_FILE)
+    for chunk in range(_file_location(file_count - 1)[0] + 1):
+        (root / f"meta/episodes/chunk-{chunk:03d}").mkdir(parents=True, exist_ok=True)
+    # pyarrow writes without the GIL: a thread per core writes the files (the same bytes in any order).
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        list(pool.map(write_episodes_file, range(file_count)))
+
+    _empty_files(root, "data/chunk-{chunk:03d}/file-{file:03d}.parquet", int(data_file[-1]) + 1)
     for camera in CAMERAS:
-        for number in range(int(video_file[-1]) + 1):
-            chunk, file = _file_location(number)
-            path = root / f"videos/{camera}/chunk-{chunk:03d}/file-{file:03d}.mp4"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
+        _empty_files(root, f"videos/{camera}/" + "chunk-{chunk:03d}/file-{file:03d}.mp4", int(video_file[-1]) + 1)
 
     task_table = pa.table({"task_index": pa.array(np.arange(len(tasks), dtype=np.int64)), "task": pa.array(tasks)})
     pq.write_table(task_table, root / "meta" / "tasks.parquet", compression="snappy")
