@@ -634,7 +634,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         when the batch size is unchanged. Another world size or worker count: every rank replays
         the old schedules of all ranks, and the frames not yet delivered in the current epoch are
         split frame-balanced over the new ranks and workers, each delivered exactly once; the
-        order differs from an uninterrupted run; later epochs use the new topology from scratch.
+        order differs from an uninterrupted run; later epochs use the new topology from scratch. A
+        weighted mixture's are each dataset's own epochs: per dataset, what no old worker delivered of
+        its current epoch (and the old visits of its previous one still open) is split over the new
+        readers and read first, then that dataset's plain epochs, weighed as before.
         Deterministic: the same checkpoint and new topology give the same samples. Logged once.
         ``identity`` (the checkpointed dataset's :attr:`identity`, when the checkpoint has it) is
         checked first: another dataset, episode selection, sampling strategy, pool size or byte
