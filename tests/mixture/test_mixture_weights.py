@@ -500,3 +500,11 @@ def test_the_admission_window_keeps_what_the_prefetcher_reads_behind_the_cursor(
         share = sharder.datasets[dataset].episodes
         own = [e for e in admitted if e in share]
         assert all(sorted(own[k : k + len(share)]) == sorted(share) for k in range(0, len(own) - len(share), len(share)))
+
+
+def test_an_elastic_lead_naming_an_episode_outside_the_selection_is_one_line():
+    from lerobot_nodes.nodes.weighted_sharder import ElasticLead
+
+    with pytest.raises(ConfigError, match=r"names episode\(s\) \[9\] that are not selected") as error:
+        WeightedMixtureSharder([[0, 1], [2, 3]], {e: 3 for e in range(4)}, [0.5, 0.5], lead=ElasticLead(rest=[2, 9]))
+    assert "\n" not in str(error.value)

@@ -271,18 +271,22 @@ class WeightedMixtureSharder(BaseNode[int]):
         visited = [set(part.episodes) for part in self.datasets]
         self._leads: list[tuple[np.ndarray, np.ndarray]] = []
         if lead is not None:
-            dataset_of = {int(e): d for d, episodes in enumerate(parts) for e in episodes}
-            unknown = sorted(e for e in [*lead.tails, *lead.rest] if int(e) not in dataset_of)
-            if unknown:
+            tails = np.unique(np.fromiter((int(e) for e in lead.tails), dtype=np.int64))
+            rest = np.unique(np.asarray([int(e) for e in lead.rest], dtype=np.int64))
+            tails_placed, rest_placed = np.zeros(len(tails), dtype=bool), np.zeros(len(rest), dtype=bool)
+            for d, episodes in enumerate(parts):  # vectorised per dataset: a lead may hold most of a large mixture
+                own = np.asarray(episodes, dtype=np.int64)
+                own_tails, own_rest = np.isin(tails, own), np.isin(rest, own)
+                self._leads.append((tails[own_tails], rest[own_rest]))
+                tails_placed |= own_tails
+                rest_placed |= own_rest
+                visited[d].update(tails[own_tails].tolist() + rest[own_rest].tolist())
+            unknown = np.concatenate([tails[~tails_placed], rest[~rest_placed]])
+            if len(unknown):
                 raise ConfigError(
-                    f"the elastic resume start names episode(s) {unknown[:5]} that are not selected in this mixture; "
-                    "resume with the checkpoint's episode selection"
+                    f"the elastic resume start names episode(s) {unknown[:5].tolist()} that are not selected in this "
+                    "mixture; resume with the checkpoint's episode selection"
                 )
-            for d in range(len(parts)):
-                tails = sorted(int(e) for e in lead.tails if dataset_of[int(e)] == d)
-                rest = sorted(int(e) for e in lead.rest if dataset_of[int(e)] == d)
-                self._leads.append((np.asarray(tails, dtype=np.int64), np.asarray(rest, dtype=np.int64)))
-                visited[d].update(tails + rest)
         self.episodes = sorted(e for part in visited for e in part)
         self._lengths = {e: int(lengths[e]) for e in self.episodes}
         self._dataset_of = {e: d for d, part in enumerate(visited) for e in part}
