@@ -4,7 +4,9 @@ The three datasets of ``helpers.py`` (the loopback Hub's generated one, LeRobot'
 H.264 writes: 58, 380 and 414 frames) with weights [0.6, 0.3, 0.1]. The long checks (10 epochs of
 the lightest dataset, about 41,000 anchors) run on the logical schedule the graph builds (sharder
 and pool sampler, real byte costs and GOP runs from the MP4 indexes); samples, topology and resume
-run through the real DataLoader.
+run through the real DataLoader. An elastic step resume (2 ranks x 2 workers -> 1 x 3 and 3 x 1) is
+checked on both: what the old run's DataLoader delivered plus what the new readers' leads deliver covers
+each old worker's share of each dataset evenly, and the new DataLoader delivers what the schedules say.
 """
 
 from __future__ import annotations
