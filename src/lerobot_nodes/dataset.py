@@ -464,6 +464,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 epoch=epoch if start is None else start.epoch,
                 assigned=None if start is None else start.assigned,
                 carried=None if start is None else start.carried_map(),
+                tails=None if start is None else start.tails_map(),
                 worker_split=self.worker_split,
                 excluded=self.excluded,
                 weights=self.config.streaming_weights,
@@ -504,7 +505,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         key = (worker_id, num_workers, start, self.batch_size, self.batches_across_workers)
         if self._graph is None or self._graph_key != key:
             self.close()
-            if (start is None or not start.elastic) and max(1, num_workers) > self.max_workers:
+            # An elastic start reads its remnant part alone (maybe none), but a weighted mixture's reader
+            # continues with its plain share of every dataset in the same graph.
+            plain_follows = start is None or not start.elastic or self._weighted_parts is not None
+            if plain_follows and max(1, num_workers) > self.max_workers:
                 raise ConfigError(
                     f"rank {self.rank} owns {self.max_workers} episode(s) but the DataLoader has {num_workers} workers; "
                     f"a worker needs at least one whole episode: use --num_workers={self.max_workers} or fewer "
@@ -516,7 +520,6 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         worker_id, num_workers = self._physical_topology()
-        self._check_weighted_resume(num_workers)
         begin = self._resume.begin(self._rank_schedule, worker_id, num_workers)
         if begin is None:
             # A new iterator after a finished one is the next epoch (the sharder counts epochs).
@@ -631,7 +634,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         when the batch size is unchanged. Another world size or worker count: every rank replays
         the old schedules of all ranks, and the frames not yet delivered in the current epoch are
         split frame-balanced over the new ranks and workers, each delivered exactly once; the
-        order differs from an uninterrupted run; later epochs use the new topology from scratch.
+        order differs from an uninterrupted run; later epochs use the new topology from scratch. A
+        weighted mixture's are each dataset's own epochs: per dataset, what no old worker delivered of
+        its current epoch (and the old visits of its previous one still open) is split over the new
+        readers and read first, then that dataset's plain epochs, weighed as before.
         Deterministic: the same checkpoint and new topology give the same samples. Logged once.
         ``identity`` (the checkpointed dataset's :attr:`identity`, when the checkpoint has it) is
         checked first: another dataset, episode selection, sampling strategy, pool size or byte
@@ -663,20 +669,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         (before the workers start) and the change is logged in the training process; without
         it every reader plans on its first ``iter()``. A no-op without a pending step resume.
         """
-        self._check_weighted_resume(int(num_workers))
         self._resume.plan(self._rank_schedule, Topology(self.world_size, int(num_workers)), batch_size)
-
-    def _check_weighted_resume(self, num_workers: int) -> None:
-        """A pending step resume of a weighted mixture in another topology: a ConfigError (not supported yet)."""
-        checkpoint = self._resume.pending_checkpoint
-        if self._weighted_parts is None or checkpoint is None:
-            return
-        if not Topology(self.world_size, num_workers).splits_like(checkpoint.topology):
-            raise ConfigError(
-                f"cannot resume step {checkpoint.step} of a {checkpoint.topology.describe()} run as "
-                f"{Topology(self.world_size, num_workers).describe()}: a weighted mixture "
-                "(--dataset.streaming_weights) resumes only with the checkpoint's world size and --num_workers"
-            )
 
     def _rank_schedule(self) -> RankSchedule:
         """This rank's plain schedules, what a step resume is planned against."""
@@ -685,9 +678,16 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             self.source, self.meta, self.episodes, self.config, self._sample_options(), self.seed, self._indexes,
             worker_split=self.worker_split, excluded={self.rank: self.excluded} if skip else None,
         )
+        parts, names, lengths = self._weighted_parts, self._part_names(), self._length_map()
+        feedable = None
+        if parts is not None:  # every worker reads every dataset (see clamp_num_workers)
+
+            def feedable(rank: int, world_size: int) -> int:
+                return weighted_max_workers(parts, lengths, rank, world_size, self.seed, names)
+
         return RankSchedule(
             self.episodes, self._lengths(), self.rank, self.world_size, self.seed, samplers, self.worker_split,
-            excluded=self.excluded if skip else None,
+            excluded=self.excluded if skip else None, weighted=parts is not None, feedable_workers=feedable,
         )
 
     @property

@@ -42,7 +42,7 @@ from .nodes.ordered_buffer import OrderedBuffer
 from .nodes.pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
 from .nodes.prefetcher import BytePrefetcher
 from .nodes.sharder import CONTIGUOUS_SPLIT, RankWorkerSharder
-from .nodes.weighted_sharder import WeightedMixtureSharder
+from .nodes.weighted_sharder import ElasticLead, WeightedMixtureSharder
 from .sample.assemble import SampleSpec
 from .sources import ByteSource
 
@@ -235,6 +235,9 @@ class ScheduleStart:
     weights: Sequence[float] | None = None
     """A mixture's explicit weights (``--dataset.streaming_weights``): the reader's source is a
     :class:`WeightedMixtureSharder` (each dataset in its own epochs, an endless loader epoch)."""
+    tails: Mapping[int, tuple[int, int]] | None = None
+    """With weights and ``assigned`` (an elastic resume): the old visits of a previous dataset epoch this
+    reader finishes first, ``episode -> (frames taken, order epoch)`` (:class:`ElasticLead`)."""
 
 
 @dataclass(frozen=True)
@@ -308,13 +311,14 @@ def schedule_sharder(
 def weighted_sharder(
     meta: DatasetMeta, episodes: Sequence[int], reader: ReaderSlot, schedule: ScheduleStart, lookahead: int = 8
 ) -> WeightedMixtureSharder:
-    """The :class:`WeightedMixtureSharder` of a mixture's ``episodes`` (global ids) for ``reader``."""
+    """The :class:`WeightedMixtureSharder` of a mixture's ``episodes`` (global ids) for ``reader``; after an
+    elastic resume (``schedule.assigned``) it reads its :class:`ElasticLead` first."""
     if not isinstance(meta, MixtureMeta) or schedule.weights is None:
         raise ConfigError("--dataset.streaming_weights weighs the datasets of a mixture: give repo_id (or root) as a list")
+    lead = None
     if schedule.assigned is not None:
-        raise ConfigError(
-            "a weighted mixture (--dataset.streaming_weights) cannot be resumed in another world size or --num_workers: "
-            "resume with the checkpoint's topology"
+        lead = ElasticLead(
+            tails=dict(schedule.tails or {}), rest=list(schedule.assigned), carried=dict(schedule.carried or {})
         )
     return WeightedMixtureSharder(
         meta.dataset_episodes(episodes),
@@ -329,6 +333,7 @@ def weighted_sharder(
         worker_split=schedule.worker_split,
         lookahead=lookahead,
         names=meta.names,
+        lead=lead,
     )
 
 

@@ -179,7 +179,9 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
 
     ``carried`` (elastic resume) maps an episode partly delivered under another topology to
     ``(frames taken, epoch of its frame order)``: it joins the pool with those frames already
-    taken and continues its own frame order, so it yields only its undelivered frames.
+    taken and continues its own frame order, so it yields only its undelivered frames. A weighted
+    mixture's source visits an episode again in later epochs, so there the source says which visit
+    is carried (``WeightedMixtureSharder.carried_visit``) and ``carried`` is not used.
     """
 
     SOURCE_KEY = "source"
@@ -456,14 +458,16 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             if not self.budget.admits(held, len(self._pool), self.cost(upcoming[0])):
                 return
             episode = next(self.source)
-            taken = self.carried.get(episode, (0, 0))[0]
+            carried = self._carried_visit(episode)
+            taken = 0 if carried is None else carried[0]
             self._pool.append([episode, taken])
             self._left.append(self.source.episode_length(episode) - taken)
 
     def _frame_order(self, episode: int) -> np.ndarray:
         order = self._orders.get(episode)
         if order is None:
-            epoch = self.carried[episode][1] if episode in self.carried else self.source.frame_epoch(episode)
+            carried = self._carried_visit(episode)
+            epoch = carried[1] if carried is not None else self.source.frame_epoch(episode)
             starts = self.run_starts(episode) if self.run_starts is not None else None
             order = self._orders[episode] = frame_order(
                 self.seed,
@@ -474,6 +478,13 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
                 open_runs=self.open_runs,
             )
         return order
+
+    def _carried_visit(self, episode: int) -> tuple[int, int] | None:
+        """``(frames taken, frame-order epoch)`` when the current visit of ``episode`` continues one begun
+        under another topology (an elastic resume), else None."""
+        if isinstance(self.source, WeightedMixtureSharder):
+            return self.source.carried_visit(episode)
+        return self.carried.get(episode)
 
     def _pick_remaining(self) -> int:
         left = self._left

@@ -14,6 +14,11 @@ in: every frame of a dataset's share once per its own epoch. A new loader epoch 
 after an iteration started, a fresh ``iter()``) starts every dataset over from epoch 0 of that
 loader epoch's seed stream, so the schedule is a pure function of (seed, loader epoch, topology,
 weights) and a position is its small state: per dataset ``[epoch, cursor, frames admitted]``.
+
+After an elastic resume (another world size or ``--num_workers``, ``lerobot_nodes.resume.planning``)
+a reader starts with an :class:`ElasticLead`: per dataset, its first two epochs are the old run's
+undelivered frames assigned to it (the previous epoch's visits still open, then the rest of the
+current epoch), and its plain epochs of the new topology follow, weighed the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,6 +37,9 @@ from ..errors import ConfigError
 from .sharder import CONTIGUOUS_SPLIT, RankWorkerSharder, rank_episodes, seed_entropy
 
 _PART_SEED_STREAM = 0x57504152
+_LEAD_ORDER_STREAM = 0x4C454144
+LEAD_EPOCHS = 2
+"""Dataset epochs an :class:`ElasticLead` holds (its tails, then its rest) before the plain ones."""
 ENDLESS_FRAMES = 1 << 62
 """What :attr:`WeightedMixtureSharder.num_frames` reports: the loader epoch of a weighted mixture never ends."""
 DATASET_EPOCH_STRIDE = 1 << 32
@@ -128,6 +137,26 @@ def _dataset_share(label: str, split: Any, *args: Any) -> Any:
         ) from None
 
 
+@dataclass(frozen=True)
+class ElasticLead:
+    """What one reader reads first after an elastic resume of a weighted mixture, as episode ids of any dataset.
+
+    ``tails``: visits of an old worker's previous dataset epoch still open at the checkpoint, ``episode ->
+    (frames taken, frame-order epoch)``; each dataset's epoch 0. ``rest``: the undelivered episodes of the
+    old workers' current dataset epochs, ``carried`` those partly delivered (same mapping); each dataset's
+    epoch 1. An episode may be in both (its old visit's end, then its whole visit of the next epoch).
+    """
+
+    tails: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    rest: Sequence[int] = ()
+    carried: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+
+    def summary(self) -> list[int]:
+        """Sizes and frames taken, for the sharder's topology check on restore."""
+        taken = sum(t for t, _ in self.tails.values()) + sum(t for t, _ in self.carried.values())
+        return [len(self.tails), len(self.rest), len(self.carried), taken]
+
+
 class _AdmissionWindow(Sequence[int]):
     """The admission order as the prefetcher reads it: absolute positions, only a window held.
 
@@ -190,6 +219,11 @@ class WeightedMixtureSharder(BaseNode[int]):
     episode of every dataset). The stream never ends (:data:`ENDLESS_FRAMES`). The state is the
     loader epoch, the admission count, and per dataset ``[epoch, cursor, frames admitted]`` (named
     by the ``*_KEY`` constants), plus the topology and weights, validated on restore.
+
+    ``lead`` (an elastic resume): in the loader epoch the sharder starts in, each dataset's epochs 0
+    and 1 are the lead's tails and rest of that dataset (in an order drawn from the seed, the loader
+    epoch, rank and worker), its plain epochs follow from epoch 2; a carried visit counts only its
+    frames not yet delivered towards the dataset's share. Later loader epochs are plain.
     """
 
     REPEATS_EPISODES = True
@@ -219,6 +253,7 @@ class WeightedMixtureSharder(BaseNode[int]):
         worker_split: str = CONTIGUOUS_SPLIT,
         lookahead: int = 8,
         names: Sequence[str] | None = None,
+        lead: ElasticLead | None = None,
     ) -> None:
         super().__init__()
         self.names = None if names is None else list(names)
@@ -231,9 +266,30 @@ class WeightedMixtureSharder(BaseNode[int]):
         self.datasets = [
             self._part_sharder(d, [int(e) for e in episodes], lengths, worker_split) for d, episodes in enumerate(parts)
         ]
-        self.episodes = sorted(e for part in self.datasets for e in part.episodes)
+        self.lead = lead
+        self._lead_epoch = int(initial_epoch)  # the loader epoch the lead belongs to
+        visited = [set(part.episodes) for part in self.datasets]
+        self._leads: list[tuple[np.ndarray, np.ndarray]] = []
+        if lead is not None:
+            tails = np.unique(np.fromiter((int(e) for e in lead.tails), dtype=np.int64))
+            rest = np.unique(np.asarray([int(e) for e in lead.rest], dtype=np.int64))
+            tails_placed, rest_placed = np.zeros(len(tails), dtype=bool), np.zeros(len(rest), dtype=bool)
+            for d, episodes in enumerate(parts):  # vectorised per dataset: a lead may hold most of a large mixture
+                own = np.asarray(episodes, dtype=np.int64)
+                own_tails, own_rest = np.isin(tails, own), np.isin(rest, own)
+                self._leads.append((tails[own_tails], rest[own_rest]))
+                tails_placed |= own_tails
+                rest_placed |= own_rest
+                visited[d].update(tails[own_tails].tolist() + rest[own_rest].tolist())
+            unknown = np.concatenate([tails[~tails_placed], rest[~rest_placed]])
+            if len(unknown):
+                raise ConfigError(
+                    f"the elastic resume start names episode(s) {unknown[:5].tolist()} that are not selected in this "
+                    "mixture; resume with the checkpoint's episode selection"
+                )
+        self.episodes = sorted(e for part in visited for e in part)
         self._lengths = {e: int(lengths[e]) for e in self.episodes}
-        self._dataset_of = {e: d for d, part in enumerate(self.datasets) for e in part.episodes}
+        self._dataset_of = {e: d for d, part in enumerate(visited) for e in part}
         self.epoch = int(initial_epoch)
         self._started = False
         self._cursor = 0
@@ -244,7 +300,7 @@ class WeightedMixtureSharder(BaseNode[int]):
         # Per (dataset, its epoch): the admission order and each episode's position in it (by its index in
         # the dataset's sorted share): numpy, 16 bytes an episode.
         self._orders: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        self._sorted = [np.asarray(sorted(part.episodes), dtype=np.int64) for part in self.datasets]
+        self._sorted = [np.asarray(sorted(part), dtype=np.int64) for part in visited]
 
     def _part_sharder(
         self, dataset: int, episodes: list[int], lengths: Mapping[int, int], worker_split: str
@@ -280,12 +336,54 @@ class WeightedMixtureSharder(BaseNode[int]):
     def frame_epoch(self, episode: int) -> int:
         """The epoch whose frame order the current visit of ``episode`` follows: its dataset's epoch
         at its latest admission (``loader epoch * DATASET_EPOCH_STRIDE + dataset epoch``)."""
+        return self.epoch * DATASET_EPOCH_STRIDE + self.visit_epoch(episode)
+
+    def visit_epoch(self, episode: int) -> int:
+        """The epoch of its dataset in which ``episode`` was admitted last (0 before any admission).
+
+        An episode is admitted again only once its visit ended, so a resident episode was admitted in
+        the dataset's current epoch, or in the previous one (not yet re-admitted), or, not being in the
+        reader's plain share, in a lead epoch."""
         d = self._dataset_of[episode]
+        index = int(np.searchsorted(self._sorted[d], episode))
         epoch, cursor = self._admitted.epochs[d], self._admitted.cursors[d]
-        _, positions = self._order(d, epoch)
-        if int(positions[np.searchsorted(self._sorted[d], episode)]) >= cursor and epoch > 0:
-            epoch -= 1
-        return self.epoch * DATASET_EPOCH_STRIDE + epoch
+        candidates = [epoch, epoch - 1, *(range(LEAD_EPOCHS - 1, -1, -1) if self._lead_active else ())]
+        for k in candidates:
+            if 0 <= k <= epoch:
+                position = int(self._order(d, k)[1][index])
+                if position >= 0 and (k < epoch or position < cursor):
+                    return k
+        return max(0, epoch - 1) if not self._lead_active else 0
+
+    def carried_visit(self, episode: int) -> tuple[int, int] | None:
+        """``(frames taken, frame-order epoch)`` when the current visit of ``episode`` continues a visit
+        the old topology of an elastic resume began (its lead's tail or carried rest), else None."""
+        if not self._lead_active:
+            return None
+        lead = self.lead
+        assert lead is not None
+        k = self.visit_epoch(episode)
+        if k == 0 and episode in lead.tails:
+            return lead.tails[episode]
+        if k == 1 and episode in lead.carried:
+            return lead.carried[episode]
+        return None
+
+    def dataset_of(self, episode: int) -> int:
+        """The mixture position of ``episode``'s dataset."""
+        return self._dataset_of[episode]
+
+    def dataset_order(self, dataset: int, epoch: int) -> list[int]:
+        """The admission order of ``dataset``'s epoch ``epoch`` (of this loader epoch) on this reader."""
+        return self._order(dataset, epoch)[0].tolist()
+
+    def dataset_cursor(self, dataset: int) -> tuple[int, int]:
+        """``(epoch, episodes of its order admitted)`` of ``dataset`` now."""
+        return self._admitted.epochs[dataset], self._admitted.cursors[dataset]
+
+    @property
+    def _lead_active(self) -> bool:
+        return self.lead is not None and self.epoch == self._lead_epoch
 
     @property
     def order(self) -> Sequence[int]:
@@ -308,14 +406,14 @@ class WeightedMixtureSharder(BaseNode[int]):
         return list(self._window[self._cursor : self._cursor + max(0, count)])
 
     def epoch_order(self, epoch: int) -> list[int]:
-        raise ConfigError(
-            "a weighted mixture (--dataset.streaming_weights) cannot be resumed in another world size or "
-            "--num_workers: resume with the checkpoint's topology"
-        )
+        """Not defined: each dataset has its own epochs (:meth:`dataset_order`); resume planning replays
+        a weighted mixture with ``resume.planning.weighted_remnant_of``."""
+        raise TypeError("a weighted mixture's epochs are per dataset: use dataset_order(dataset, epoch)")
 
     # -- BaseNode -------------------------------------------------------------------------
     def _topology(self) -> list[int]:
-        return [self.rank, self.world_size, self.worker_id, self.num_workers, *(len(p.episodes) for p in self.datasets)]
+        shares = [self.rank, self.world_size, self.worker_id, self.num_workers, *(len(p.episodes) for p in self.datasets)]
+        return shares if self.lead is None else [*shares, *self.lead.summary()]
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -380,30 +478,49 @@ class WeightedMixtureSharder(BaseNode[int]):
 
     # -- the schedule -----------------------------------------------------------------------
     def _order(self, dataset: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """``dataset``'s epoch ``epoch``: its admission order, and per episode of ``_sorted`` its position (-1: absent)."""
         key = (dataset, epoch)
         cached = self._orders.get(key)
         if cached is None:
-            order = np.asarray(
-                self.datasets[dataset].epoch_order(self.epoch * DATASET_EPOCH_STRIDE + epoch), dtype=np.int64
-            )
-            positions = np.empty(len(order), dtype=np.int64)
+            order = self._draw_order(dataset, epoch)
+            positions = np.full(len(self._sorted[dataset]), -1, dtype=np.int64)
             positions[np.searchsorted(self._sorted[dataset], order)] = np.arange(len(order), dtype=np.int64)
             cached = self._orders[key] = (order, positions)
         return cached
 
+    def _draw_order(self, dataset: int, epoch: int) -> np.ndarray:
+        if self._lead_active and epoch < LEAD_EPOCHS:
+            members = self._leads[dataset][epoch]
+            if not self.shuffle:
+                return members
+            stream = [seed_entropy(part_seed(self.seed, dataset)), self.epoch, epoch, self.rank, self.worker_id]
+            rng = np.random.default_rng(np.random.SeedSequence([*stream, _LEAD_ORDER_STREAM]))
+            return members[rng.permutation(len(members))]
+        return np.asarray(self.datasets[dataset].epoch_order(self.epoch * DATASET_EPOCH_STRIDE + epoch), dtype=np.int64)
+
     def _advance(self, counters: _Counters, dataset: int) -> int:
-        """Take ``dataset``'s next episode in ``counters`` (its next epoch first when this one is over)."""
+        """Take ``dataset``'s next episode in ``counters`` (its next epoch first when this one is over; a lead's
+        epoch may be empty, a plain one never is)."""
         order, _ = self._order(dataset, counters.epochs[dataset])
-        if counters.cursors[dataset] >= len(order):
+        while counters.cursors[dataset] >= len(order):
             counters.epochs[dataset] += 1
             counters.cursors[dataset] = 0
             order, _ = self._order(dataset, counters.epochs[dataset])
         episode = int(order[counters.cursors[dataset]])
         counters.cursors[dataset] += 1
-        length = self._lengths[episode]
+        length = self._lengths[episode] - self._taken_before(counters.epochs[dataset], episode)
         counters.admitted[dataset] += length
         counters.total += length
         return episode
+
+    def _taken_before(self, epoch: int, episode: int) -> int:
+        """Frames of this visit (``episode`` admitted in its dataset's ``epoch``) the old topology delivered."""
+        if not self._lead_active or epoch >= LEAD_EPOCHS:
+            return 0
+        lead = self.lead
+        assert lead is not None
+        carried = lead.tails if epoch == 0 else lead.carried
+        return carried.get(episode, (0, 0))[0]
 
     def _plan_ahead(self, end: int) -> None:
         """Plan admissions until the window holds ``end`` positions."""

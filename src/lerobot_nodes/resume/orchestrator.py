@@ -27,13 +27,16 @@ from .planning import (
     Remnant,
     StepCheckpoint,
     Topology,
+    WeightedRemnant,
     WorkerStart,
     assign_remnant,
+    assign_weighted_remnant,
     describe_change,
     exact_start,
     rank_offsets,
     remnant_of,
     replay_checkpoint,
+    weighted_remnant_of,
 )
 from .schedules import RankSchedule
 
@@ -58,7 +61,7 @@ class StepPlanned:
 
     checkpoint: StepCheckpoint
     offsets: RankOffsets | None = field(default=None, repr=False)
-    remnant: Remnant | None = field(default=None, repr=False)
+    remnant: Remnant | WeightedRemnant | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -188,8 +191,12 @@ def _planned(
         if new != old or batch_size not in (None, checkpoint.batch_size):
             logger.info(describe_change(checkpoint, new, None, batch_size))
         return StepPlanned(checkpoint, offsets=rank_offsets(checkpoint, schedule.rank, make_sampler, workers))
-    positions = replay_checkpoint(checkpoint, make_sampler, workers)
-    remnant = remnant_of(positions, dict(zip(schedule.episodes, schedule.lengths, strict=True)))
+    remnant: Remnant | WeightedRemnant
+    if schedule.weighted:  # each dataset in its own epochs on every old worker
+        remnant = weighted_remnant_of(checkpoint, make_sampler, workers)
+    else:
+        positions = replay_checkpoint(checkpoint, make_sampler, workers)
+        remnant = remnant_of(positions, dict(zip(schedule.episodes, schedule.lengths, strict=True)))
     logger.info(describe_change(checkpoint, new, remnant, batch_size))
     return StepPlanned(checkpoint, remnant=remnant)
 
@@ -201,6 +208,10 @@ def _started(planned: StepPlanned, schedule: RankSchedule, worker_id: int, num_w
         return WorkerStart(epoch=offset.epoch, schedule_worker=schedule_worker, samples=offset.samples)
     assert planned.remnant is not None
     new = Topology(schedule.world_size, num_workers)
+    if isinstance(planned.remnant, WeightedRemnant):
+        return assign_weighted_remnant(
+            planned.remnant, new, schedule.rank, worker_id, schedule.seed, schedule.worker_split
+        )
     return assign_remnant(planned.remnant, new, schedule.rank, worker_id, schedule.seed, schedule.worker_split)
 
 

@@ -18,6 +18,10 @@ batch size, world size, ``--num_workers``, seed) holds none; this module derives
    epoch, :func:`assign_remnant` splits them frame-balanced over the new ranks and workers as
    whole episodes (a partly delivered episode continues with its remaining frames only).
    Each new rank computes the same remnant, so every remaining frame is delivered exactly once.
+   A weighted mixture (``streaming_weights``): :func:`weighted_remnant_of` collects, per dataset,
+   the visits of every old worker's previous dataset epoch still open and the undelivered rest of
+   its current one; :func:`assign_weighted_remnant` splits each dataset's part over the new readers
+   the same way, and each reader's weighted schedule reads them as that dataset's first two epochs.
 
 The result is a :class:`WorkerStart` per reader: the starting state of its sharder and pool
 sampler. The nodes after the sampler hold no schedule.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, ClassVar
 
 from ..config import split_evenly
@@ -40,6 +45,7 @@ from ..nodes.sharder import (
     frame_balanced_assignment,
     seed_entropy,
 )
+from ..nodes.weighted_sharder import WeightedMixtureSharder
 
 
 @dataclass(frozen=True)
@@ -253,6 +259,8 @@ class RemnantEpisode:
     length: int
     taken: int = 0
     order_epoch: int = 0
+    dataset: int = 0
+    """The mixture position of its dataset (a weighted mixture's remnant is split per dataset)."""
 
     @property
     def remaining(self) -> int:
@@ -295,6 +303,82 @@ def remnant_of(positions: Sequence[WorkerPosition], lengths: Mapping[int, int]) 
     return Remnant(epoch=epoch, episodes=tuple(sorted(items, key=lambda item: item.episode)))
 
 
+@dataclass(frozen=True)
+class WeightedRemnant:
+    """A weighted mixture's undelivered frames at a checkpoint, per dataset in the old workers' own epochs.
+
+    Each old worker reads each dataset in that dataset's own epochs, so at the checkpoint a dataset's
+    share on one worker may still have visits of its previous epoch open (``tails``: the rest of
+    each such visit) besides the undelivered rest of its current epoch (``rest``: whole episodes
+    not admitted yet, and resident ones with the frames taken). An episode of a tail is in ``rest``
+    too (whole): its visit of the current epoch had not begun. ``epoch`` is the loader epoch.
+    """
+
+    epoch: int
+    tails: tuple[RemnantEpisode, ...]
+    rest: tuple[RemnantEpisode, ...]
+
+    @property
+    def episodes(self) -> tuple[RemnantEpisode, ...]:
+        return self.tails + self.rest
+
+    @property
+    def num_frames(self) -> int:
+        return sum(item.remaining for item in self.episodes)
+
+    def dataset_frames(self) -> dict[int, int]:
+        """Undelivered frames per dataset."""
+        frames: dict[int, int] = {}
+        for item in self.episodes:
+            frames[item.dataset] = frames.get(item.dataset, 0) + item.remaining
+        return frames
+
+
+def weighted_remnant_of(
+    checkpoint: StepCheckpoint, make_sampler: SamplerFactory, workers_of: WorkersOfRank | None = None
+) -> WeightedRemnant:
+    """Every old worker of a weighted mixture replayed to the checkpoint, and what it had not delivered.
+
+    Guarantee: per old worker and dataset, the frames of its current dataset epoch not yet delivered
+    are in ``rest`` once, and those of its previous epoch's visits still open in ``tails`` once;
+    nothing it delivered is in either. Old workers own disjoint shares of every dataset.
+    """
+    tails: list[RemnantEpisode] = []
+    rest: list[RemnantEpisode] = []
+    loader_epoch = 0
+    for rank in range(checkpoint.topology.world_size):
+        samplers = rank_samplers(checkpoint, rank, make_sampler, workers_of)
+        where = offsets_of(checkpoint, rank, samplers)
+        for sampler, offset in zip(samplers, where.offsets, strict=True):
+            state = sampler.state_after(offset.samples, offset.epoch)
+            replay = sampler.clone(sampler.source.clone(initial_epoch=offset.epoch))
+            replay.reset(state)
+            sharder = replay.source
+            if not isinstance(sharder, WeightedMixtureSharder):
+                raise TypeError("weighted_remnant_of replays the schedules of a weighted mixture")
+            loader_epoch = max(loader_epoch, sharder.epoch)
+            resident = {int(e): int(taken) for e, taken in state[EpisodePoolSampler.POOL_KEY]}
+            for d, part in enumerate(sharder.datasets):
+                epoch, cursor = sharder.dataset_cursor(d)
+                admitted = set(sharder.dataset_order(d, epoch)[:cursor])
+                for episode in part.episodes:
+                    length = sharder.episode_length(episode)
+                    whole = RemnantEpisode(episode, length, dataset=d)
+                    if episode in resident:
+                        visit = RemnantEpisode(
+                            episode, length, resident[episode], sharder.frame_epoch(episode), dataset=d
+                        )
+                        if sharder.visit_epoch(episode) < epoch:  # the previous epoch's visit, still open
+                            tails.append(visit)
+                            rest.append(whole)
+                        else:
+                            rest.append(visit)
+                    elif episode not in admitted:
+                        rest.append(whole)
+    by_episode = attrgetter("episode")
+    return WeightedRemnant(loader_epoch, tuple(sorted(tails, key=by_episode)), tuple(sorted(rest, key=by_episode)))
+
+
 # -- where each new worker starts --------------------------------------------------------------
 @dataclass(frozen=True)
 class WorkerStart:
@@ -304,7 +388,9 @@ class WorkerStart:
     from ``sampler_state`` after ``samples`` delivered samples (``None``: from the epoch's start).
     Elastic: it reads the remnant episodes ``assigned`` to it; ``carried`` lists
     ``(episode, frames taken, order epoch)`` of those partly delivered. Either way, epoch
-    ``epoch + 1`` onwards are plain epochs of the reader's own topology.
+    ``epoch + 1`` onwards are plain epochs of the reader's own topology. A weighted mixture's elastic
+    start also has ``tails``: old visits of a previous dataset epoch to finish, ``(episode, frames
+    taken, order epoch)`` (see :class:`~lerobot_nodes.nodes.weighted_sharder.ElasticLead`).
     """
 
     epoch: int
@@ -313,11 +399,13 @@ class WorkerStart:
     sampler_state: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     assigned: tuple[int, ...] | None = None
     carried: tuple[tuple[int, int, int], ...] = ()
+    tails: tuple[tuple[int, int, int], ...] = ()
 
     EPOCH_KEY: ClassVar[str] = "epoch"
     WORKER_KEY: ClassVar[str] = "schedule_worker"
     ASSIGNED_KEY: ClassVar[str] = "assigned"
     CARRIED_KEY: ClassVar[str] = "carried"
+    TAILS_KEY: ClassVar[str] = "tails"
 
     @property
     def elastic(self) -> bool:
@@ -331,6 +419,10 @@ class WorkerStart:
         """``episode -> (frames taken, order epoch)``, as ``EpisodePoolSampler(carried=...)`` takes it."""
         return {episode: (taken, order_epoch) for episode, taken, order_epoch in self.carried}
 
+    def tails_map(self) -> dict[int, tuple[int, int]]:
+        """``episode -> (frames taken, order epoch)`` of the :attr:`tails`."""
+        return {episode: (taken, order_epoch) for episode, taken, order_epoch in self.tails}
+
     def to_state(self) -> dict[str, Any]:
         """Plain values to save with a loader state (the sampler position is in the graph state)."""
         return {
@@ -338,6 +430,7 @@ class WorkerStart:
             self.WORKER_KEY: self.schedule_worker,
             self.ASSIGNED_KEY: None if self.assigned is None else list(self.assigned),
             self.CARRIED_KEY: [list(item) for item in self.carried],
+            self.TAILS_KEY: [list(item) for item in self.tails],
         }
 
     @classmethod
@@ -348,6 +441,7 @@ class WorkerStart:
             schedule_worker=int(state[cls.WORKER_KEY]),
             assigned=None if assigned is None else tuple(int(e) for e in assigned),
             carried=tuple((int(e), int(t), int(o)) for e, t, o in state[cls.CARRIED_KEY]),
+            tails=tuple((int(e), int(t), int(o)) for e, t, o in state.get(cls.TAILS_KEY, ())),
         )
 
 
@@ -366,24 +460,74 @@ def assign_remnant(
     be empty when the remnant has fewer episodes than parts. Deterministic in (remnant,
     topology, seed, worker_split).
     """
-    if not 0 <= rank < topology.world_size or not 0 <= worker_id < topology.parts:
-        raise ValueError(f"rank {rank} / worker {worker_id} is not in {topology}")
-    items = remnant.episodes
-    entropy = seed_entropy(seed) ^ _REMNANT_STREAM
-    ranks = frame_balanced_assignment([item.remaining for item in items], topology.world_size, entropy)
-    mine = [items[i] for i in ranks[rank]]
-    remaining = [item.remaining for item in mine]  # ``mine`` is sorted by episode, as ``items`` is
-    if worker_split == SCATTERED_SPLIT:
-        workers = frame_balanced_assignment(remaining, topology.parts, entropy ^ (rank + 1))
-    else:
-        workers = contiguous_balanced_split(remaining, topology.parts)
-    part = [mine[i] for i in workers[worker_id]]
+    _check_reader(topology, rank, worker_id)
+    part = _split_items(remnant.episodes, topology, rank, worker_id, seed_entropy(seed) ^ _REMNANT_STREAM, worker_split)
     return WorkerStart(
         epoch=remnant.epoch,
         schedule_worker=worker_id,
         assigned=tuple(item.episode for item in part),
         carried=tuple((item.episode, item.taken, item.order_epoch) for item in part if item.taken),
     )
+
+
+def assign_weighted_remnant(
+    remnant: WeightedRemnant,
+    topology: Topology,
+    rank: int,
+    worker_id: int,
+    seed: int,
+    worker_split: str = CONTIGUOUS_SPLIT,
+) -> WorkerStart:
+    """The part of a weighted mixture's remnant (``rank``, ``worker_id``) in ``topology`` reads first.
+
+    Each dataset's tails, and each dataset's rest, are split on their own as :func:`assign_remnant`
+    splits a remnant (frame-balanced over the ranks, then over the rank's workers by ``worker_split``),
+    so every new reader gets its share of every dataset's undelivered frames and every such frame goes
+    to exactly one reader. Deterministic in (remnant, topology, seed, worker_split).
+    """
+    _check_reader(topology, rank, worker_id)
+    chosen: list[list[RemnantEpisode]] = []
+    for stage, items in enumerate((remnant.tails, remnant.rest)):
+        by_dataset: dict[int, list[RemnantEpisode]] = {}
+        for item in items:  # sorted by episode, so each dataset's list is too
+            by_dataset.setdefault(item.dataset, []).append(item)
+        mine: list[RemnantEpisode] = []
+        for dataset, own in sorted(by_dataset.items()):
+            entropy = seed_entropy(seed) ^ _REMNANT_STREAM ^ (((dataset + 1) << 8 | stage) * 0x9E3779B1)
+            mine += _split_items(own, topology, rank, worker_id, entropy, worker_split)
+        chosen.append(mine)
+    tails, rest = chosen
+    return WorkerStart(
+        epoch=remnant.epoch,
+        schedule_worker=worker_id,
+        assigned=tuple(sorted(item.episode for item in rest)),
+        carried=tuple((item.episode, item.taken, item.order_epoch) for item in rest if item.taken),
+        tails=tuple((item.episode, item.taken, item.order_epoch) for item in tails),
+    )
+
+
+def _check_reader(topology: Topology, rank: int, worker_id: int) -> None:
+    if not 0 <= rank < topology.world_size or not 0 <= worker_id < topology.parts:
+        raise ValueError(f"rank {rank} / worker {worker_id} is not in {topology}")
+
+
+def _split_items(
+    items: Sequence[RemnantEpisode], topology: Topology, rank: int, worker_id: int, entropy: int, worker_split: str
+) -> list[RemnantEpisode]:
+    """The items (sorted by episode) of (``rank``, ``worker_id``): frame-balanced over the ranks, then split
+    over the rank's workers by ``worker_split``."""
+    if not items:
+        return []
+    ranks = frame_balanced_assignment([item.remaining for item in items], topology.world_size, entropy)
+    mine = [items[i] for i in ranks[rank]]
+    if not mine:
+        return []
+    remaining = [item.remaining for item in mine]  # ``mine`` is sorted by episode, as ``items`` is
+    if worker_split == SCATTERED_SPLIT:
+        workers = frame_balanced_assignment(remaining, topology.parts, entropy ^ (rank + 1))
+    else:
+        workers = contiguous_balanced_split(remaining, topology.parts)
+    return [mine[i] for i in workers[worker_id]]
 
 
 def exact_start(offsets: RankOffsets, worker_id: int, num_workers: int) -> tuple[int, WorkerOffset]:
@@ -398,7 +542,7 @@ def exact_start(offsets: RankOffsets, worker_id: int, num_workers: int) -> tuple
 
 
 def describe_change(
-    checkpoint: StepCheckpoint, new: Topology, remnant: Remnant | None, batch_size: int | None = None
+    checkpoint: StepCheckpoint, new: Topology, remnant: Remnant | WeightedRemnant | None, batch_size: int | None = None
 ) -> str:
     """The one log line of a resume in another topology or batch size (``batch_size``: the new one, if known)."""
     old = checkpoint.topology
@@ -411,6 +555,15 @@ def describe_change(
         return (
             f"{what}: every worker keeps its own schedule, so each frame of the epoch is still delivered once; "
             "batch boundaries differ from an uninterrupted run"
+        )
+    if isinstance(remnant, WeightedRemnant):
+        frames = ", ".join(f"{count} of dataset {d}" for d, count in sorted(remnant.dataset_frames().items()))
+        return (
+            f"{what}: the topology changed, so the {remnant.num_frames} frame(s) ({frames or 'none'}) not yet delivered "
+            "in each dataset's current epoch on each old worker (with the rest of its previous epoch's visits still "
+            "open) are split over the new ranks and workers, each dataset on its own, and each is delivered exactly "
+            "once; the order differs from an uninterrupted run; each dataset then continues with its next epochs in "
+            "the new topology, weighed as before"
         )
     return (
         f"{what}: the topology changed, so the {remnant.num_frames} frame(s) of {len(remnant.episodes)} episode(s) "

@@ -46,11 +46,18 @@ class RankSchedule:
     excluded: frozenset[int] | None = None
     """This rank's episodes skipped as bad (``streaming_bad_episodes=skip``; None: ``raise``). A rank
     knows only its own, so a resume in another topology (which replays every old rank) is refused."""
+    weighted: bool = False
+    """A weighted mixture (``streaming_weights``): every worker reads each dataset in its own epochs."""
+    feedable_workers: Callable[[int, int], int] | None = None
+    """``(rank, world_size) -> `` the workers that rank can feed (a weighted mixture: the fewest episodes
+    it owns of any dataset); None: the episodes it owns."""
 
     def workers_of_rank(self, old: Topology) -> Callable[[int], int]:
-        """Workers each old rank really had: ``streaming_dataloader`` clamps them to the episodes it owns."""
+        """Workers each old rank really had: ``streaming_dataloader`` clamps them to what it can feed."""
 
         def workers(rank: int) -> int:
+            if self.feedable_workers is not None:
+                return min(old.num_workers, self.feedable_workers(rank, old.world_size))
             excluded = self.excluded if self.excluded is not None and rank == self.rank else ()
             owned = max_workers_for_rank(self.episodes, self.lengths, rank, old.world_size, self.seed, excluded)
             return min(old.num_workers, owned)
