@@ -59,16 +59,13 @@ def chunk_byte_range(chunk: pq.ColumnChunkMetaData) -> ByteRange:
     return (start, start + chunk.total_compressed_size)
 
 
-def read_footer_tail(
-    source: ByteSource, path: str, size: int, guess: int = _FOOTER_GUESS
-) -> tuple[pq.FileMetaData, int, bytes]:
-    """The parsed footer of ``path`` (``size`` bytes), where the fetched tail starts, and the tail
-    (which ends with the footer).
+def fetch_footer_tail(source: ByteSource, path: str, size: int, guess: int = _FOOTER_GUESS) -> tuple[int, bytes]:
+    """Where the fetched tail of ``path`` (``size`` bytes) starts, and the tail, which ends with the
+    whole footer.
 
     One range read of the last ``guess`` bytes; a footer longer than that is then read exactly (a
-    second read, of the part the first one missed). The footer is parsed alone, framed as a file of
-    its own, so pyarrow makes no speculative read of bytes that were not fetched. Raises
-    :class:`ValueError` naming ``path`` and what is wrong with it (callers give it their error type).
+    second read, of the part the first one missed). Raises :class:`ValueError` naming ``path`` and
+    what is wrong with it (callers give it their error type).
     """
     if size < 12:
         raise ValueError(f"{path} is too small to be a Parquet file ({size} bytes)")
@@ -83,9 +80,24 @@ def read_footer_tail(
     if footer_start < 4:
         raise ValueError(f"{path}: Parquet footer length {footer_length} does not fit in {size} bytes")
     if footer_start < tail_start:
-        tail = source.read_range(path, footer_start, tail_start) + tail
-        tail_start = footer_start
-    footer = tail[footer_start - tail_start : size - 8 - tail_start]
+        missed = source.read_range(path, footer_start, tail_start)
+        if len(missed) != tail_start - footer_start:
+            raise ValueError(f"{path}: read {len(missed)} bytes of its footer's first {tail_start - footer_start}")
+        return footer_start, missed + tail
+    return tail_start, tail
+
+
+def read_footer_tail(
+    source: ByteSource, path: str, size: int, guess: int = _FOOTER_GUESS
+) -> tuple[pq.FileMetaData, int, bytes]:
+    """The parsed footer of ``path`` (``size`` bytes), where the fetched tail starts, and the tail
+    (which ends with the footer): :func:`fetch_footer_tail`, then the footer parsed alone, framed as
+    a file of its own, so pyarrow makes no speculative read of bytes that were not fetched. Raises
+    :class:`ValueError` naming ``path`` and what is wrong with it.
+    """
+    tail_start, tail = fetch_footer_tail(source, path, size, guess)
+    footer_length = struct.unpack("<I", tail[-8:-4])[0]
+    footer = tail[len(tail) - 8 - footer_length : len(tail) - 8]
     framed = _PARQUET_MAGIC + footer + struct.pack("<I", footer_length) + _PARQUET_MAGIC
     try:
         metadata = pq.ParquetFile(pa.BufferReader(framed)).metadata
@@ -131,29 +143,10 @@ def _leaves_of(reader: pq.ParquetReader, columns: Sequence[str]) -> list[int]:
 
 
 def _fetch_footer(source: ByteSource, path: str, size: int, fetched: _FetchedBytes) -> int:
-    """Put the file's tail, ending with its whole footer, into ``fetched``; return where it starts.
-
-    One range read of the last 64 KiB; a footer longer than that is then read exactly (a second
-    read, of the part the first one missed). Raises :class:`ValueError` naming ``path``."""
-    if size < 12:
-        raise ValueError(f"{path} is too small to be a Parquet file ({size} bytes)")
-    tail_start = max(0, size - _FOOTER_GUESS)
-    tail = source.read_range(path, tail_start, size)
-    if len(tail) != size - tail_start:
-        raise ValueError(f"{path}: read {len(tail)} bytes of its last {size - tail_start}")
-    if tail[-4:] != _PARQUET_MAGIC:
-        raise ValueError(f"{path} is not a Parquet file (no PAR1 magic at its end)")
-    footer_length = struct.unpack("<I", tail[-8:-4])[0]
-    footer_start = size - 8 - footer_length
-    if footer_start < 4:
-        raise ValueError(f"{path}: Parquet footer length {footer_length} does not fit in {size} bytes")
+    """Put the file's tail, ending with its whole footer, into ``fetched``; return where it starts
+    (:func:`fetch_footer_tail`)."""
+    tail_start, tail = fetch_footer_tail(source, path, size)
     fetched.put(tail_start, tail)
-    if footer_start < tail_start:
-        missed = source.read_range(path, footer_start, tail_start)
-        if len(missed) != tail_start - footer_start:
-            raise ValueError(f"{path}: read {len(missed)} bytes of its footer's first {tail_start - footer_start}")
-        fetched.put(footer_start, missed)
-        tail_start = footer_start
     return tail_start
 
 
