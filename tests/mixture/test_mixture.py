@@ -19,7 +19,7 @@ from lerobot_nodes.dataset import StreamingLeRobotDataset
 from lerobot_nodes.errors import ConfigError
 from lerobot_nodes.format.mixture import MixtureMeta
 from lerobot_nodes.loader import streaming_dataloader
-from lerobot_nodes.sources import HubRepoSource, LocalSource
+from lerobot_nodes.sources import HubBucketSource, HubRepoSource, LocalSource
 from lerobot_nodes.testing import write_dataset
 from lerobot_nodes.testing.compare import assert_samples_equal
 
@@ -230,3 +230,29 @@ def test_the_mixture_source_routes_each_path_to_its_datasets_source():
         with pytest.raises(FileNotFoundError):
             source.info(bad)
     assert not hasattr(source, "http_stats")  # local folders only: nothing read over HTTP
+
+
+@pytest.mark.skipif(
+    not hasattr(__import__("huggingface_hub").HfApi, "list_bucket_tree"),
+    reason="Hub buckets need huggingface_hub >= 1.0 (the package says so; its floor is 0.30)",
+)
+def test_a_hub_repo_a_hub_bucket_and_a_local_folder_mix_every_frame_once(hub, hub_folder):
+    # The AV1 dataset served as a Hub storage bucket: the three kinds of source in one mixture.
+    bucket = "lerobot-nodes/mixture-bucket"
+    hub.add_bucket(bucket, AV1)
+    dataset = mixture(repo_id=[HUB_REPO, bucket, "local/tiny-h264"], root=[None, f"hf://buckets/{bucket}", H264])
+    assert isinstance(dataset.source.parts[0], HubRepoSource)
+    assert isinstance(dataset.source.parts[1], HubBucketSource)
+    assert isinstance(dataset.source.parts[2], LocalSource)
+    readers = references(hub_folder)
+    seen: collections.Counter[tuple[int, int]] = collections.Counter()
+    loader = streaming_dataloader(dataset, batch_size=8, num_workers=2)
+    for batch in loader:
+        for sample in unbatched(batch):
+            key = (int(sample["dataset_index"]), int(sample["index"]))
+            seen[key] += 1
+            if key[0] == 1:  # the bucket's samples are the AV1 dataset's own
+                expected = expected_sample(readers[1], 1, key[1], list(sample))
+                assert_samples_equal(expected, sample, where=f"bucket frame {key[1]}")
+    assert set(seen) == all_frames(dataset) and set(seen.values()) == {1}
+    assert dataset.source.parts[1].http_stats.requests > 0
