@@ -72,7 +72,8 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     )
     dataset.batches_across_workers = num_workers if across else 1
     dataset.identity = with_batches_across_workers(dataset.identity, across)
-    pin_parts = bool(across and kwargs.pop("pin_memory", False))
+    # Pinned only where an accelerator is (the DataLoader itself ignores pin_memory without one).
+    pin_parts = bool(across and kwargs.pop("pin_memory", False) and _accelerator_available())
     options: dict[str, Any] = {"num_workers": num_workers, "shuffle": False}
     if in_reader:
         kwargs.pop("collate_fn", None)
@@ -112,6 +113,15 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
         relay.close_with(loader)
         _LOG_RELAYS[loader] = relay
     return loader
+
+
+def _accelerator_available() -> bool:
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        return bool(accelerator.is_available())
+    return bool(torch.cuda.is_available())
 
 
 @functools.cache

@@ -192,3 +192,13 @@ def _assert_digests_equal(got: list, expected: list) -> None:
             assert value.dtype == reference.dtype and torch.equal(value, reference), key
         else:
             assert value == reference, key
+
+
+def test_pin_memory_without_an_accelerator_joins_unpinned_batches(small_dataset):
+    # As the DataLoader does without an accelerator: pin_memory is ignored, not an error.
+    loader = streaming_dataloader(_dataset(small_dataset), batch_size=4, num_workers=2, pin_memory=True)
+    try:
+        batch = next(iter(loader))
+        assert batch["observation.images.top"].shape[0] == 4 and not batch["observation.images.top"].is_pinned()
+    finally:
+        shutdown_dataloader(loader)
