@@ -15,7 +15,7 @@ further nodes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -308,6 +308,24 @@ def schedule_sharder(
     )
 
 
+class EpisodeLengths(Mapping[int, int]):
+    """``episode -> length`` of ``episodes``, read from the episodes table's length column: what a
+    reader looks up, without a dict of every selected episode in every worker."""
+
+    def __init__(self, lengths: Any, episodes: Sequence[int]) -> None:
+        self._lengths = lengths
+        self._episodes = episodes
+
+    def __getitem__(self, episode: int) -> int:
+        return int(self._lengths[episode])
+
+    def __iter__(self) -> Iterator[int]:
+        return (int(e) for e in self._episodes)
+
+    def __len__(self) -> int:
+        return len(self._episodes)
+
+
 def weighted_sharder(
     meta: DatasetMeta, episodes: Sequence[int], reader: ReaderSlot, schedule: ScheduleStart, lookahead: int = 8
 ) -> WeightedMixtureSharder:
@@ -322,7 +340,7 @@ def weighted_sharder(
         )
     return WeightedMixtureSharder(
         meta.dataset_episodes(episodes),
-        {int(e): int(meta.episodes.length[e]) for e in episodes},
+        EpisodeLengths(meta.episodes.length, episodes),
         schedule.weights,
         rank=reader.rank,
         world_size=reader.world_size,
