@@ -11,6 +11,7 @@ from lerobot_nodes import MapStyleLeRobotDataset, loader_batch_size
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.dataset import StreamingLeRobotDataset
 from lerobot_nodes.loader import shutdown_dataloader, streaming_dataloader, worker_context
+from lerobot_nodes.nodes.sharder import worker_episodes
 
 WINDOW = {"action": [0.0, 1 / 30, 2 / 30], "observation.images.top": [-1 / 30, 0.0]}
 CONFIG = StreamingConfig(streaming_episode_pool_size=2, streaming_prefetch_episodes=2, streaming_decode_threads=2)
@@ -200,5 +201,29 @@ def test_pin_memory_without_an_accelerator_joins_unpinned_batches(small_dataset)
     try:
         batch = next(iter(loader))
         assert batch["observation.images.top"].shape[0] == 4 and not batch["observation.images.top"].is_pinned()
+    finally:
+        shutdown_dataloader(loader)
+
+
+@pytest.mark.parametrize(("across", "expected"), [(True, {0, 1}), (False, None)])
+def test_a_batch_across_workers_holds_samples_of_every_workers_share(small_dataset, across, expected):
+    # Each worker reads its own share of the rank's episodes: across workers every full batch draws on
+    # both shares, per worker every batch on one.
+    dataset = _dataset(small_dataset, CONFIG if across else PER_WORKER)
+    owner = {
+        episode: worker
+        for worker in range(2)
+        for episode in worker_episodes(
+            dataset.episodes, dataset._lengths(), 0, 1, worker, 2, dataset.seed, dataset.worker_split
+        )
+    }
+    loader = streaming_dataloader(dataset, batch_size=6, num_workers=2)
+    try:
+        batches = [batch for batch in loader if len(batch["index"]) == 6]
+        shares = [{owner[int(e)] for e in batch["episode_index"].tolist()} for batch in batches]
+        if expected is None:
+            assert all(len(share) == 1 for share in shares)
+        else:
+            assert all(share == expected for share in shares[:-1])  # the epoch's tail may hold one worker's only
     finally:
         shutdown_dataloader(loader)
