@@ -87,6 +87,24 @@ def part_seed(seed: int, dataset: int) -> int:
     return (int(words[0]) << 31) | (int(words[1]) >> 1)
 
 
+def weighted_rank_shares(
+    parts: Sequence[Sequence[int]],
+    lengths: Mapping[int, int],
+    rank: int,
+    world_size: int,
+    seed: int,
+    names: Sequence[str] | None = None,
+) -> list[list[int]]:
+    """Rank ``rank``'s share of each dataset of a weighted mixture (each dataset split over the ranks on its own)."""
+    return [
+        _dataset_share(
+            _name(names, d), rank_episodes, list(episodes), [lengths[e] for e in episodes], rank, world_size,
+            part_seed(seed, d),
+        )
+        for d, episodes in enumerate(parts)
+    ]
+
+
 def weighted_rank_episodes(
     parts: Sequence[Sequence[int]],
     lengths: Mapping[int, int],
@@ -96,13 +114,7 @@ def weighted_rank_episodes(
     names: Sequence[str] | None = None,
 ) -> list[int]:
     """The episodes rank ``rank`` reads in a weighted mixture: its share of every dataset (sorted)."""
-    owned: list[int] = []
-    for d, episodes in enumerate(parts):
-        owned += _dataset_share(
-            _name(names, d), rank_episodes, list(episodes), [lengths[e] for e in episodes], rank, world_size,
-            part_seed(seed, d),
-        )
-    return sorted(owned)
+    return sorted(e for share in weighted_rank_shares(parts, lengths, rank, world_size, seed, names) for e in share)
 
 
 def weighted_max_workers(
@@ -115,11 +127,7 @@ def weighted_max_workers(
 ) -> int:
     """Workers rank ``rank`` can feed in a weighted mixture: every worker needs an episode of every dataset,
     so the fewest episodes the rank owns of any dataset."""
-    return min(
-        len(_dataset_share(_name(names, d), rank_episodes, list(e), [lengths[x] for x in e], rank, world_size,
-                           part_seed(seed, d)))
-        for d, e in enumerate(parts)
-    )
+    return min(len(share) for share in weighted_rank_shares(parts, lengths, rank, world_size, seed, names))
 
 
 def _name(names: Sequence[str] | None, dataset: int) -> str:
