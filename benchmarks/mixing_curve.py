@@ -15,7 +15,8 @@ sampled every 50 ms).
 Settings: ``today`` (one open run: the schedule before issue 24, forced with ``MAX_OPEN_RUNS = 1``),
 ``pairs`` (``streaming_gop_runs=false``), ``per_worker`` (the defaults but
 ``streaming_batches_across_workers=false``: each batch from one worker, the loader before), and the open-run counts the decoded-frame budget gives
-(``--budgets``, MB per rank; ``default`` is 1024). Datasets are written by
+(``--budgets``, MB per rank; ``default`` is 1024), and ``poolN``: the defaults with
+``streaming_episode_pool_size=N`` episodes per rank (the default is 32). Datasets are written by
 ``lerobot_nodes.testing.write_dataset`` under ``--data`` (see :func:`ensure_datasets`).
 
     python benchmarks/mixing_curve.py --batches 120 --out /work/bench-data/mixing/curve.jsonl
@@ -79,6 +80,17 @@ RECIPES: dict[str, dict[str, Any]] = {
         "video_files_size_in_mb": 1.0,
         "seed": 3,
     },
+    # Many short episodes (a pool holds a small share of them, as on DROID-sized datasets): LeRobot's
+    # AV1 (g=2), 400 episodes of 30 frames, 2 cameras 96x128, several files.
+    "av1-many": {
+        "episode_lengths": [30] * 400,
+        "cameras": CAMERAS_3[:2],
+        "height": 96,
+        "width": 128,
+        "codec": "av1",
+        "video_files_size_in_mb": 0.5,
+        "seed": 4,
+    },
 }
 
 
@@ -128,6 +140,8 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
         flags["streaming_gop_runs"] = False
     if config["setting"] == "per_worker":
         flags["streaming_batches_across_workers"] = False
+    if config.get("pool_size"):
+        flags["streaming_episode_pool_size"] = int(config["pool_size"])
     if config.get("budget_mb"):
         flags["streaming_decoded_frame_budget_mb"] = float(config["budget_mb"])
     if config["num_workers"] > 0:
@@ -176,7 +190,7 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
     sampler.join()
     mixing = report.mixing
     result = {
-        **{k: config[k] for k in ("dataset", "setting", "budget_mb", "num_workers")},
+        **{k: config.get(k) for k in ("dataset", "setting", "budget_mb", "pool_size", "num_workers")},
         "open_runs": 1 if config["setting"] in ("today", "pairs") else open_runs,
         "batches_across_workers": dataset.batches_across_workers,
         "batches": batches,
@@ -206,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--datasets", nargs="+", default=list(RECIPES))
     parser.add_argument(
-        "--settings", nargs="+", default=["today", "default"], help="today, pairs, per_worker, default, or MB"
+        "--settings", nargs="+", default=["today", "default"], help="today, pairs, per_worker, default, poolN, or MB"
     )
     parser.add_argument("--workers", nargs="+", type=int, default=[0, 2])
     parser.add_argument("--batches", type=int, default=120)
@@ -224,11 +238,13 @@ def main(argv: list[str] | None = None) -> int:
             for setting in args.settings:
                 for workers in args.workers:
                     named = setting in ("today", "pairs", "per_worker", "default")
+                    pool = int(setting[4:]) if setting.startswith("pool") else None
                     config = {
                         "dataset": name,
                         "root": str(roots[name]),
-                        "setting": setting if named else "budget",
-                        "budget_mb": None if named else float(setting),
+                        "setting": setting if named or pool else "budget",
+                        "budget_mb": None if named or pool else float(setting),
+                        "pool_size": pool,
                         "num_workers": workers,
                         "batches": args.batches,
                         "seed": args.seed,
