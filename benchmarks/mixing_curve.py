@@ -165,11 +165,16 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
         max_num_shards=max(1, config["num_workers"]),
         config=StreamingConfig(**flags),
     )
-    spec = SampleSpec.from_meta(dataset.meta, dataset.delta_timestamps, 1e-4, None)
-    open_runs = streaming_graph.open_anchor_runs(dataset.config, dataset.meta, spec)
     loader = streaming_dataloader(
         dataset, 32, config["num_workers"], **({"prefetch_factor": 2} if config["num_workers"] else {})
     )
+    spec = SampleSpec.from_meta(dataset.meta, dataset.delta_timestamps, 1e-4, None)
+    rank_pool = getattr(dataset, "rank_pool", 32)  # the versions before the batch-sized pool: 32
+    if hasattr(streaming_graph, "resident_episodes"):
+        resident = streaming_graph.resident_episodes(dataset.config, rank_pool, len(dataset.episodes))
+        open_runs = streaming_graph.open_anchor_runs(dataset.config, dataset.meta, spec, resident)
+    else:
+        open_runs = streaming_graph.open_anchor_runs(dataset.config, dataset.meta, spec)
     cameras = list(dataset.meta.camera_keys)
     batches, samples, first_at = 0, 0, None
     while batches < config["batches"]:
@@ -191,6 +196,7 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
     mixing = report.mixing
     result = {
         **{k: config.get(k) for k in ("dataset", "setting", "budget_mb", "pool_size", "num_workers")},
+        "rank_pool": rank_pool if dataset.config.streaming_episode_pool_size is None else None,
         "open_runs": 1 if config["setting"] in ("today", "pairs") else open_runs,
         "batches_across_workers": dataset.batches_across_workers,
         "batches": batches,

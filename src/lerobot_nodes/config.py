@@ -23,7 +23,18 @@ BAD_EPISODES_SKIP = "skip"
 BAD_EPISODE_POLICIES = (BAD_EPISODES_RAISE, BAD_EPISODES_SKIP)
 """What the open does with an episode whose files contradict the metadata (``streaming_bad_episodes``)."""
 DEFAULT_RANK_POOL_SIZE = 32
-"""Episodes a rank mixes when ``streaming_episode_pool_size`` is unset, split over its workers."""
+"""Episodes a rank mixes when ``streaming_episode_pool_size`` is unset, split over its workers, at least."""
+POOL_BATCHES = 4
+"""Batches of episodes a rank's default pool holds (when the reader knows its batch size): a batch of B
+samples drawn from a pool of 4B episodes holds ~0.9x the distinct episodes a uniform shuffle's does."""
+
+
+def default_rank_pool_size(batch_size: int | None) -> int:
+    """Episodes a rank mixes when ``streaming_episode_pool_size`` is unset: :data:`POOL_BATCHES` batches
+    of episodes, at least :data:`DEFAULT_RANK_POOL_SIZE` (that alone when the batch size is unknown)."""
+    if batch_size is None:
+        return DEFAULT_RANK_POOL_SIZE
+    return max(DEFAULT_RANK_POOL_SIZE, POOL_BATCHES * int(batch_size))
 BYTES_PER_GB = 1_000_000_000
 BYTES_PER_MB = 1_000_000
 DEFAULT_DECODED_FRAME_BUDGET_MB = 1024
@@ -50,7 +61,8 @@ class StreamingConfig:
     ``streaming_episode_pool_size`` and ``streaming_prefetch_episodes`` are per worker;
     ``streaming_byte_budget_gb``, ``streaming_decoded_frame_budget_mb`` and an explicit
     ``video_decoder_cache_size`` are per rank and split over the rank's workers. Unset pool: the
-    rank mixes 32 episodes, split over workers. Unset decoder cache: pool x cameras per worker.
+    rank mixes 4 batches of episodes, at least 32 (:func:`default_rank_pool_size`), split over
+    workers. Unset decoder cache: pool x cameras per worker.
 
     ``streaming_gop_runs`` (default on): each episode's anchors are visited in runs of
     consecutive frames that one key frame decodes forward (its GOP in presentation order,
@@ -181,11 +193,12 @@ class StreamingConfig:
         """One worker's share of the rank's decoded-frame budget, in bytes (1 MB = 10**6 bytes)."""
         return max(1, int(self.streaming_decoded_frame_budget_mb * BYTES_PER_MB) // _workers(num_workers))
 
-    def worker_pool_size(self, worker_id: int, num_workers: int) -> int:
-        """Episodes worker ``worker_id`` mixes: the explicit option, else its share of 32."""
+    def worker_pool_size(self, worker_id: int, num_workers: int, rank_pool: int = DEFAULT_RANK_POOL_SIZE) -> int:
+        """Episodes worker ``worker_id`` mixes: the explicit option, else its share of the rank's default
+        pool ``rank_pool`` (:func:`default_rank_pool_size`)."""
         if self.streaming_episode_pool_size is not None:
             return self.streaming_episode_pool_size
-        return max(1, split_evenly(DEFAULT_RANK_POOL_SIZE, _workers(num_workers), worker_id))
+        return max(1, split_evenly(int(rank_pool), _workers(num_workers), worker_id))
 
     def worker_decoder_cache_size(self, pool_size: int, num_cameras: int, num_workers: int) -> int:
         """Open video decoders one worker keeps: its share of the explicit option, else pool x cameras."""

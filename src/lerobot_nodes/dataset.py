@@ -26,7 +26,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT
-from .config import BAD_EPISODES_SKIP, StreamingConfig, resolve_seed, split_evenly
+from .config import BAD_EPISODES_SKIP, StreamingConfig, default_rank_pool_size, resolve_seed, split_evenly
 from .dataset_doctor import BadEpisodes, open_checked
 from .errors import ConfigError
 from .format.dataset_properties import LeRobotDatasetProperties
@@ -42,6 +42,8 @@ from .resume.identity import (
     batches_across_workers_of,
     check_identity,
     dataset_identity,
+    rank_pool_of,
+    with_rank_pool,
     with_skipped,
     with_worker_split,
     worker_split_of,
@@ -263,7 +265,11 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.depth_output_unit = depth_output_unit
         SampleSpec.from_meta(self.meta, self.delta_timestamps, tolerance_s, depth_output_unit=depth_output_unit)
         # What a saved state is checked against on load: the dataset, the selection, the schedule settings.
-        self.identity = dataset_identity(self.source.url, self.source.revision, self.meta, self.episodes, config)
+        self.identity = dataset_identity(
+            self.source.url, self.source.revision, self.meta, self.episodes, config,
+            rank_pool=default_rank_pool_size(self.batch_size),
+        )
+        self._pool_from_checkpoint = False
         self.skipped = BadEpisodes()
         """This rank's episodes left out as bad (``bad_episodes="skip"``), by kind; empty with ``raise``."""
         self._indexes: dict[str, VideoIndex] | None = self._open_indexes()
@@ -279,7 +285,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.metrics = StreamingMetrics(self.counters)
         self.metrics.set_skipped(self.skipped.lines())
         self._graph: StreamingGraph | None = None
-        self._graph_key: tuple[int, int, WorkerStart | None, int | None, int] | None = None
+        self._graph_key: tuple[int, int, WorkerStart | None, int | None, int, int | None] | None = None
         # Where the next iter() starts after a resume (lerobot_nodes.resume.orchestrator).
         self._resume = ResumeOrchestrator()
 
@@ -468,6 +474,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 worker_split=self.worker_split,
                 excluded=self.excluded,
                 weights=self.config.streaming_weights,
+                rank_pool=self.rank_pool,
             ),
             samples=self._sample_options(transforms_on_consumer=num_workers == 0),
             batches=None
@@ -502,7 +509,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     def _ensure_graph(self, epoch: int = 0, start: WorkerStart | None = None) -> StreamingGraph:
         """The graph of this reader: its own schedule from ``epoch``, or ``start``'s first epoch."""
         worker_id, num_workers = self._physical_topology()
-        key = (worker_id, num_workers, start, self.batch_size, self.batches_across_workers)
+        key = (worker_id, num_workers, start, self.batch_size, self.batches_across_workers, self.rank_pool)
         if self._graph is None or self._graph_key != key:
             self.close()
             # An elastic start reads its remnant part alone (maybe none), but a weighted mixture's reader
@@ -592,8 +599,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 "multi-worker sampler cannot be resumed exactly: start a new run from the saved policy weights"
             )
         check_identity(state.get(IDENTITY_KEY), self.identity)
-        # The run keeps splitting a rank's episodes over its workers as the checkpoint did.
-        self.identity = with_worker_split(self.identity, worker_split_of(state.get(IDENTITY_KEY)))
+        # The run keeps splitting a rank's episodes over its workers, and sizing its pool, as the checkpoint did.
+        self._adopt_schedule_of(state.get(IDENTITY_KEY))
         saved = state[TOPOLOGY_KEY]
         current = self._topology_state()
         changed = {k: (saved[k], current[k]) for k in ("rank", "world_size", "num_workers") if saved[k] != current[k]}
@@ -648,7 +655,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         """
         if identity is not None:
             check_identity(dict(identity), self.identity)
-            self.identity = with_worker_split(self.identity, worker_split_of(identity))
+            self._adopt_schedule_of(identity)
         old_world = self.world_size if world_size is None else int(world_size)
         if seed is not None and resolve_seed(seed) != self.seed:
             self.seed = resolve_seed(seed)
@@ -660,6 +667,27 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         )
         self.close()
         self._resume.from_step(checkpoint)
+
+    def _adopt_schedule_of(self, identity: Mapping[str, Any] | None) -> None:
+        """Keep the checkpointed run's worker split and default rank pool (see :attr:`rank_pool`)."""
+        self.identity = with_rank_pool(
+            with_worker_split(self.identity, worker_split_of(identity)), rank_pool_of(identity)
+        )
+        self._pool_from_checkpoint = True
+
+    def size_pool_for(self, batch_size: int) -> None:
+        """Size the default pool for batches of ``batch_size`` (``streaming_dataloader`` calls it), unless a
+        checkpoint's pool was adopted: a resumed run keeps the pool its schedule was made with."""
+        if not self._pool_from_checkpoint:
+            self.identity = with_rank_pool(self.identity, default_rank_pool_size(int(batch_size)))
+
+    @property
+    def rank_pool(self) -> int | None:
+        """Episodes this rank mixes when ``streaming_episode_pool_size`` is unset: 4 batches of episodes, at
+        least 32 (``config.default_rank_pool_size``; 32 until a loader gives the batch size), recorded in
+        :attr:`identity`. A resumed run keeps its checkpoint's; None for checkpoints of the versions before
+        the batch-sized pool, whose rule (32, open runs sized for 32 episodes) the run then keeps."""
+        return rank_pool_of(self.identity)
 
     def plan_resume(self, num_workers: int, batch_size: int | None = None) -> None:
         """Plan a pending step resume for a DataLoader of ``num_workers`` workers (as requested, before
@@ -677,6 +705,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         samplers = plain_samplers(
             self.source, self.meta, self.episodes, self.config, self._sample_options(), self.seed, self._indexes,
             worker_split=self.worker_split, excluded={self.rank: self.excluded} if skip else None,
+            rank_pool=self.rank_pool,
         )
         parts, names, lengths = self._weighted_parts, self._part_names(), self._length_map()
         feedable = None

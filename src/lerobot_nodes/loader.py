@@ -50,6 +50,9 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     batch draws on every worker's episodes; with ``pin_memory`` the joined batch is allocated pinned
     and the DataLoader does not pin the parts.
 
+    With ``streaming_episode_pool_size`` unset, the rank's pool is sized for ``batch_size``: 4 batches of
+    episodes, at least 32 (``StreamingLeRobotDataset.rank_pool``; a resumed run keeps its checkpoint's).
+
     ``num_workers`` is clamped to what the rank can feed (with a warning); workers persist
     across epochs so the streaming order moves on to the next epoch. Workers (and the
     forkserver) end within about a second of the training process, however it ends: the
@@ -60,6 +63,7 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
     from torch.utils.data import default_collate
     from torchdata.stateful_dataloader import StatefulDataLoader
 
+    dataset.size_pool_for(batch_size)  # before planning a resume: the schedule's pool holds 4 batches of episodes
     dataset.plan_resume(num_workers, batch_size)  # before clamping: every rank decides on the same topology
     num_workers = dataset.clamp_num_workers(num_workers)
     in_reader = kwargs.get("collate_fn") in (None, default_collate) and not kwargs.get("drop_last", False)

@@ -175,15 +175,27 @@ REORDERING_CODECS = frozenset({"h264", "hevc"})
 the frames a drain outputs past its target (``mp4.decode.REORDER_FRAMES``)."""
 
 
-def open_anchor_runs(config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec) -> int:
+def resident_episodes(config: StreamingConfig, rank_pool: int | None, selected: int) -> int:
+    """Episodes of a rank the open runs are sized for (:func:`open_anchor_runs`): the explicit pool
+    size, else the rank's default pool ``rank_pool`` (``config.default_rank_pool_size``) but never more
+    than the ``selected`` episodes; ``rank_pool`` None (a run resumed from a checkpoint of the versions
+    before the batch-sized pool, which sized them so): 32. Topology-independent, as the runs must be."""
+    if config.streaming_episode_pool_size is not None:
+        return config.streaming_episode_pool_size
+    if rank_pool is None:
+        return DEFAULT_RANK_POOL_SIZE
+    return max(1, min(int(rank_pool), int(selected)))
+
+
+def open_anchor_runs(config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, resident: int) -> int:
     """How many anchor runs of an episode the schedule keeps open at once (GOP runs only).
 
     Each open run has its own clip decoder per camera, which keeps up to ``window + 3`` frames
     (B-frame codecs; ``window`` otherwise, at most 5) of the camera's RGB size in the decoded-frame
     budget (on AV1 with GOPs of at most 2 frames one decoder serves all runs and keeps
     ``window + 1`` per run, see ``mp4.decode.reads_ahead``; the budget's eviction bounds it).
-    The runs are as many as the rank's decoded-frame budget holds for every episode of a
-    rank pool (the explicit pool size, else 32) and every camera, between 1 and
+    The runs are as many as the rank's decoded-frame budget holds for every one of ``resident``
+    episodes (:func:`resident_episodes`) and every camera, between 1 and
     :data:`MAX_OPEN_RUNS`. A pure function of the settings and ``meta/info.json``, the same for
     every topology (elastic resume replays other topologies' schedules with it).
     """
@@ -199,8 +211,7 @@ def open_anchor_runs(config: StreamingConfig, meta: DatasetMeta, spec: SampleSpe
         codec = str((feature.get("info") or {}).get("video.codec", ""))
         reorder = REORDER_FRAMES if codec in REORDERING_CODECS else 0
         kept = max(kept, min(DEFAULT_FRAME_CACHE_SIZE, spec.camera_window_frames() + reorder))
-    pool = config.streaming_episode_pool_size or DEFAULT_RANK_POOL_SIZE
-    per_run = pool * frame_bytes * kept
+    per_run = resident * frame_bytes * kept
     if per_run <= 0:
         return 1
     budget = int(config.streaming_decoded_frame_budget_mb * BYTES_PER_MB)
@@ -238,6 +249,10 @@ class ScheduleStart:
     tails: Mapping[int, tuple[int, int]] | None = None
     """With weights and ``assigned`` (an elastic resume): the old visits of a previous dataset epoch this
     reader finishes first, ``episode -> (frames taken, order epoch)`` (:class:`ElasticLead`)."""
+    rank_pool: int | None = DEFAULT_RANK_POOL_SIZE
+    """The rank's pool when ``streaming_episode_pool_size`` is unset (``config.default_rank_pool_size`` of
+    the batch size); None: the rule of the versions before the batch-sized pool (32, open runs sized for
+    32 episodes), which a run resumed from their checkpoints keeps."""
 
 
 @dataclass(frozen=True)
@@ -369,7 +384,9 @@ def schedule_sampler(
     """
     return EpisodePoolSampler(
         sharder,
-        pool_size=config.worker_pool_size(reader.worker_id, reader.num_workers),
+        pool_size=config.worker_pool_size(
+            reader.worker_id, reader.num_workers, DEFAULT_RANK_POOL_SIZE if schedule.rank_pool is None else schedule.rank_pool
+        ),
         strategy=config.streaming_sampling_strategy,
         seed=resolve_seed(schedule.seed),
         episode_cost=runs.episode_cost,
@@ -395,11 +412,14 @@ class SampleRuns:
     open_runs: int = 1
 
     @classmethod
-    def of(cls, config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, fetcher: AnyEpisodeFetcher) -> SampleRuns:
+    def of(
+        cls, config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, fetcher: AnyEpisodeFetcher, resident: int
+    ) -> SampleRuns:
+        """The runs of the graph's schedule; ``resident``: :func:`resident_episodes`."""
         if not meta.video_keys:
             return cls()
         run_starts, rule = anchor_runs(config, meta, spec, fetcher.gop_starts)
-        open_runs = open_anchor_runs(config, meta, spec) if run_starts is not None else 1
+        open_runs = open_anchor_runs(config, meta, spec, resident) if run_starts is not None else 1
         return cls(fetcher.cost, run_starts, rule, open_runs)
 
 
@@ -430,7 +450,8 @@ def build_streaming_graph(
         source, meta, episodes=sharder.episodes, index_provider=services.index_provider,
         opened_indexes=services.opened_indexes, lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
     )
-    sampler = schedule_sampler(sharder, reader, config, schedule, SampleRuns.of(config, meta, spec, fetcher))
+    resident = resident_episodes(config, schedule.rank_pool, len(episodes))
+    sampler = schedule_sampler(sharder, reader, config, schedule, SampleRuns.of(config, meta, spec, fetcher, resident))
     metrics.set("budget_bytes", sampler.budget.worker_bytes)
     prefetcher = BytePrefetcher(
         sampler,

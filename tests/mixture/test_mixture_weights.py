@@ -43,6 +43,7 @@ from lerobot_nodes.streaming_graph import (
     ReaderSlot,
     SampleRuns,
     ScheduleStart,
+    resident_episodes,
     schedule_sampler,
     schedule_sharder,
 )
@@ -235,8 +236,11 @@ def resumed_schedule(dataset, worker: int, num_workers: int):
     )
     sharder = schedule_sharder(dataset.meta, dataset.episodes, reader, first, dataset.config.streaming_prefetch_episodes)
     fetcher = open_episode_fetcher(dataset.source, dataset.meta, episodes=sharder.episodes, opened_indexes=dataset._indexes)
-    runs = SampleRuns.of(dataset.config, dataset.meta, dataset._sample_options().spec(dataset.meta), fetcher)
-    sampler = schedule_sampler(sharder, reader, dataset.config, ScheduleStart(seed=dataset.seed), runs)
+    resident = resident_episodes(dataset.config, dataset.rank_pool, len(dataset.episodes))
+    runs = SampleRuns.of(dataset.config, dataset.meta, dataset._sample_options().spec(dataset.meta), fetcher, resident)
+    sampler = schedule_sampler(
+        sharder, reader, dataset.config, ScheduleStart(seed=dataset.seed, rank_pool=dataset.rank_pool), runs
+    )
     sampler.reset(None)
     return sampler
 

@@ -110,7 +110,7 @@ LIST_FLAGS = frozenset({"dataset.root", "dataset.repo_id", "dataset.revision"})
 a value starting with ``[`` is read as that list, one entry (a string or null) per dataset."""
 
 _STREAMING_DEFAULT_TEXT = {
-    "streaming_episode_pool_size": f"null ({DEFAULT_RANK_POOL_SIZE} episodes per rank, split over its workers)",
+    "streaming_episode_pool_size": f"null (4 batches of episodes per rank, at least {DEFAULT_RANK_POOL_SIZE}, split over its workers)",
     "video_decoder_cache_size": "null (pool x cameras per worker)",
     "streaming_index_concurrency": "null (streaming_native_http_connections if set, else 4 files for a local "
     "folder, 32 for a remote store)",

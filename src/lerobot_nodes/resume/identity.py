@@ -11,7 +11,9 @@ have one. The source address is recorded for the message only; it never holds cr
 The worker split (how a rank's episodes are split over its DataLoader workers) is recorded
 too, but adopted rather than compared: a resumed run keeps splitting as its checkpoint did, and
 a state without it was written before the contiguous split existed, so it resumes with the
-``scattered`` split of those versions (:func:`worker_split_of`). So is whether a batch held a
+``scattered`` split of those versions (:func:`worker_split_of`). So is the rank's default pool
+(:data:`RANK_POOL`, sized for the batch size): a resumed run keeps its checkpoint's, and a state
+without it keeps the pool of 32 of the versions before (:func:`rank_pool_of`). So is whether a batch held a
 part of every worker (``streaming_batches_across_workers``): neither compared nor adopted, it
 tells a step resume how the checkpointed run's steps map to each worker's samples; a state
 without it was written before batches across workers, when a batch came from one worker
@@ -32,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..config import StreamingConfig
+from ..config import DEFAULT_RANK_POOL_SIZE, StreamingConfig
 from ..errors import ConfigError
 from ..format.meta import DatasetMeta
 from ..nodes.sharder import CONTIGUOUS_SPLIT, SCATTERED_SPLIT, check_worker_split
@@ -42,6 +44,9 @@ logger = logging.getLogger("lerobot_nodes.dataset")
 SOURCE = "source"
 REVISION = "revision"
 WORKER_SPLIT = "worker_split"
+RANK_POOL = "rank_pool"
+"""The rank's default pool the schedule used (``config.default_rank_pool_size`` of the loader's batch size);
+absent in the identities of the versions before the batch-sized pool (``ScheduleStart.rank_pool`` None)."""
 BATCHES_ACROSS_WORKERS = "batches_across_workers"
 SKIPPED = "skipped_episodes"
 NONE_SKIPPED = "none"
@@ -92,6 +97,7 @@ def dataset_identity(
     episodes: Sequence[int],
     config: StreamingConfig,
     worker_split: str = CONTIGUOUS_SPLIT,
+    rank_pool: int | None = DEFAULT_RANK_POOL_SIZE,
 ) -> dict[str, Any]:
     """The plain, small identity recorded with a resume state."""
     selected = [int(e) for e in episodes]
@@ -111,6 +117,7 @@ def dataset_identity(
         "gop_runs": config.streaming_gop_runs,
         WORKER_SPLIT: check_worker_split(worker_split),
         BATCHES_ACROSS_WORKERS: config.streaming_batches_across_workers,
+        **({} if rank_pool is None else {RANK_POOL: int(rank_pool)}),
     }
 
 
@@ -137,6 +144,20 @@ def with_batches_across_workers(identity: Mapping[str, Any], across: bool) -> di
 def with_worker_split(identity: Mapping[str, Any], worker_split: str) -> dict[str, Any]:
     """``identity`` recording ``worker_split`` (the split a resumed run adopts from its checkpoint)."""
     return {**identity, WORKER_SPLIT: check_worker_split(worker_split)}
+
+
+def rank_pool_of(identity: Mapping[str, Any] | None) -> int | None:
+    """The default rank pool a run with this identity used, or None for an identity without one (or no
+    identity): the versions before the batch-sized pool (``ScheduleStart.rank_pool``)."""
+    if identity is None or identity.get(RANK_POOL) is None:
+        return None
+    return int(identity[RANK_POOL])
+
+
+def with_rank_pool(identity: Mapping[str, Any], rank_pool: int | None) -> dict[str, Any]:
+    """``identity`` recording ``rank_pool`` (None: recording none, as the versions before the batch-sized pool)."""
+    recorded = {key: value for key, value in identity.items() if key != RANK_POOL}
+    return recorded if rank_pool is None else {**recorded, RANK_POOL: int(rank_pool)}
 
 
 def with_skipped(identity: Mapping[str, Any], episodes: Sequence[int]) -> dict[str, Any]:
