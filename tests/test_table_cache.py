@@ -341,3 +341,53 @@ def _check_hub_tables(hub, dataset: Path, tmp_path: Path) -> None:
     assert open_at(newer).episodes.tasks[len(first.episodes) - 1] == tasks[-1]
     assert len(_tables(cache)) == 2  # the older commit keeps its table: it is still a valid revision
     assert open_at(sha).episodes.tasks == first.episodes.tasks
+
+
+def _child_reads_table(episodes, queue) -> None:
+    """In a spawned process: what it received (whether its arrays are views of a cache file)."""
+    queue.put((str(episodes.mapped.path) if episodes.mapped else None, episodes.length.flags.writeable,
+               int(episodes.length.sum()), episodes.tasks.tolist()))
+
+
+def test_a_cached_table_goes_to_another_process_as_its_file_not_its_arrays(dataset, tmp_path):
+    import multiprocessing
+    import pickle
+
+    cache = TableCache(tmp_path / "tables")
+    built = load_meta(LocalSource(dataset), table_cache=cache)  # the first open maps what it wrote too
+    warm = load_meta(LocalSource(dataset), table_cache=cache)
+    [table] = _tables(cache)
+    for meta in (built, warm):
+        assert meta.episodes.mapped is not None and meta.episodes.mapped.path == table
+        assert len(pickle.dumps(meta.episodes)) < 2_000  # a path and a key, whatever the episode count
+    parsed = load_meta(LocalSource(dataset), table_cache=False)
+    assert parsed.episodes.mapped is None
+    copy = pickle.loads(pickle.dumps(parsed))  # not cached: the arrays themselves
+    assert_same_episodes(parsed, copy)
+    assert_same_episodes(parsed, pickle.loads(pickle.dumps(warm)))
+
+    context = multiprocessing.get_context("spawn")  # what a DataLoader worker of a forkserver receives: a pickle
+    queue = context.Queue()
+    child = context.Process(target=_child_reads_table, args=(warm.episodes, queue))
+    child.start()
+    path, writeable, frames, tasks = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert path == str(table) and not writeable  # mapped there: the node's pages, not a private copy
+    assert frames == int(parsed.episodes.length.sum()) and tasks == parsed.episodes.tasks.tolist()
+
+
+def test_a_cache_file_removed_before_a_process_maps_it_is_one_clear_error(dataset, tmp_path):
+    import pickle
+
+    from lerobot_nodes.errors import MetadataError
+
+    cache = TableCache(tmp_path / "tables")
+    warm = load_meta(LocalSource(dataset), table_cache=cache)
+    sent = pickle.dumps(warm.episodes)
+    [table] = _tables(cache)
+    table.unlink()
+    assert warm.episodes.length.sum() > 0  # this process keeps reading its mapping
+    with pytest.raises(MetadataError, match="is gone or was replaced") as error:
+        pickle.loads(sent)
+    assert str(table) in str(error.value) and "start the run again" in str(error.value)

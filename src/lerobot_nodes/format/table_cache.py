@@ -80,6 +80,17 @@ class CachedTable:
     extra: dict[str, Any]
     from_cache: bool
     """Whether the arrays were mapped from a cache file this open did not build."""
+    mapped: MappedFile | None = None
+    """The cache file the arrays are views of (None: arrays held in this process's memory)."""
+
+
+@dataclass(frozen=True)
+class MappedFile:
+    """A table file and the key it was read for: what another process needs to map the same pages
+    (``read_table(path, key)``) instead of receiving a copy of the arrays."""
+
+    path: Path
+    key: str
 
 
 def _digest(key: str) -> str:
@@ -190,7 +201,7 @@ def read_table(path: Path, key: str) -> CachedTable:
         if isinstance(error, CacheFileError):
             raise
         raise CacheFileError(f"unreadable array entry ({error})") from None
-    return CachedTable(arrays, dict(header.get("extra") or {}), from_cache=True)
+    return CachedTable(arrays, dict(header.get("extra") or {}), from_cache=True, mapped=MappedFile(path, key))
 
 
 def _read_header(handle: BinaryIO, key: str) -> tuple[dict[str, Any], int, int]:
@@ -282,7 +293,7 @@ class TableCache:
             mapped = read_table(path, key)
         except (OSError, CacheFileError):
             return CachedTable(arrays, extra, from_cache=False)
-        return CachedTable(mapped.arrays, mapped.extra, from_cache=False)
+        return CachedTable(mapped.arrays, mapped.extra, from_cache=False, mapped=mapped.mapped)
 
     def _mapped(self, path: Path, key: str, what: str, quiet: bool) -> CachedTable | None:
         try:
