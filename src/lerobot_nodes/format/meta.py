@@ -695,8 +695,8 @@ def load_episode_columns(source: ByteSource, columns: Sequence[str]) -> pa.Table
         raise MetadataError(f"meta/episodes in {source.url} has no column {', '.join(map(repr, missing))}")
     types: dict[str, pa.DataType] = {}
     for read in reads:
-        for field in read.schema:
-            types.setdefault(field.name, field.type)
+        for column in read.schema:
+            types.setdefault(column.name, column.type)
     schema = pa.schema([pa.field(name, types[name]) for name in columns])
     tables = []
     for read in reads:
