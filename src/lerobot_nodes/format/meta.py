@@ -12,12 +12,15 @@ file (and episode) it concerns.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import io
 import json
 import logging
 import operator
+import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,8 +34,10 @@ import pyarrow.parquet as pq
 
 from ..errors import ConfigError, MetadataError, SourceFileNotFoundError, UnsupportedVersionError
 from ..heap import glibc_malloc_trim
-from ..sources import ByteSource, FileInfo, LocalSource
+from ..sources import ByteSource, FileInfo, LocalSource, ReadStats
 from ..sources.listed import ListedHttpSource
+from ..workers.server import fork_blocker
+from .forked_map import forked_map
 from .parquet_columns import read_columns
 from .table_cache import TableCache, table_key
 
@@ -63,6 +68,10 @@ EPISODE_OPTIONAL_COLUMNS = ("tasks",)
 # remote ones wait on round trips.
 _LOCAL_READERS = 4
 _REMOTE_READERS = 8
+# Local episode files read by forked processes instead (_fork_readers): at least this many files,
+# at most this many processes (one per core the process may use, up to this).
+_FORK_MIN_FILES = 16
+_FORK_MAX_READERS = 8
 
 log = logging.getLogger("lerobot_nodes.format")
 
@@ -445,13 +454,52 @@ def _whole_meta_files(source: ByteSource) -> bool:
 
 
 def _map_files(source: ByteSource, files: Sequence[FileInfo], read: Callable[[FileInfo], Any]) -> list[Any]:
-    """``read`` of every file, in file order, a few at a time (the first error in file order raises)."""
+    """``read`` of every file, in file order, a few at a time (the first error in file order raises).
+
+    Many local files are read by forked processes where this process may fork
+    (:func:`_fork_readers`), else by threads."""
+    processes = _fork_readers(source, files)
+    if processes > 1:
+        counted = forked_map(functools.partial(_counted_read, source, read), files, processes)
+        for _, stats in counted:
+            source.add_stats(stats)
+        return [result for result, _ in counted]
     limit = _LOCAL_READERS if isinstance(source, LocalSource) else _REMOTE_READERS
     workers = max(1, min(limit, len(files)))
     if workers == 1:
         return [read(f) for f in files]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lerobot-nodes-meta") as pool:
         return list(pool.map(read, files))
+
+
+def _counted_read(
+    source: ByteSource, read: Callable[[FileInfo], Any], file: FileInfo
+) -> tuple[Any, ReadStats]:
+    """``read(file)`` and what it read of ``source`` (a forked reader's copy of it, whose counts the
+    parent adds to its own)."""
+    before = dataclasses.replace(source.stats)
+    result = read(file)
+    after = source.stats
+    return result, ReadStats(
+        requests=after.requests - before.requests,
+        bytes_read=after.bytes_read - before.bytes_read,
+        whole_file_reads=after.whole_file_reads - before.whole_file_reads,
+    )
+
+
+def _fork_readers(source: ByteSource, files: Sequence[FileInfo]) -> int:
+    """How many forked processes read ``files`` (1: none, threads do).
+
+    Parsing a local ``meta/episodes`` file is CPU work of which pyarrow holds the GIL for a third
+    (freeing each parsed footer of ~21,700 column chunks: LeRobot writes row groups of 10 rows),
+    so threads use one core; one process per core uses them all. Only where a fork is safe (no
+    other threads: :func:`~lerobot_nodes.workers.server.fork_blocker`) and there are enough files
+    to pay for the forks (a few milliseconds each) and for pickling the results back."""
+    if not isinstance(source, LocalSource) or len(files) < _FORK_MIN_FILES or not hasattr(os, "fork"):
+        return 1
+    if not sys.platform.startswith("linux") or fork_blocker() is not None:
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), _FORK_MAX_READERS))
 
 
 @dataclass
@@ -602,7 +650,9 @@ def _table_from_arrays(
     return _table_of(arrays, EpisodeTasks(offsets, ids, extra["task_names"]), video_keys)
 
 
-def _table_of(columns: Mapping[str, np.ndarray], tasks: EpisodeTasks, video_keys: Sequence[str]) -> EpisodeTable:
+def _table_of(
+    columns: Mapping[str, np.ndarray], tasks: EpisodeTasks, video_keys: Sequence[str]
+) -> EpisodeTable:
     """The table of the per-episode ``columns`` (named as the ``meta/episodes`` Parquet names them)."""
     return EpisodeTable(
         episode_index=columns["episode_index"],

@@ -126,7 +126,9 @@ class ByteSource(ABC):
             identity = self.byte_identity(path)
             if identity is not None:
                 size = self.info(path).size
-                return self.byte_cache.read(self.byte_cache_group, identity, size, [(0, size)], self._counted(path))[0]
+                return self.byte_cache.read(
+                    self.byte_cache_group, identity, size, [(0, size)], self._counted(path)
+                )[0]
         data = self._read_file(path)
         self._count(1, len(data), whole=True)
         return data
@@ -146,7 +148,9 @@ class ByteSource(ABC):
             if identity is not None:
                 size = self.info(path).size
                 if all(end <= size for _, end in ranges):  # else the store names the file in its error
-                    return self.byte_cache.read(self.byte_cache_group, identity, size, ranges, self._counted(path))
+                    return self.byte_cache.read(
+                        self.byte_cache_group, identity, size, ranges, self._counted(path)
+                    )
         return self._counted(path)(ranges)
 
     def _counted(self, path: str) -> Callable[[list[ByteRange]], list[bytes]]:
@@ -167,6 +171,13 @@ class ByteSource(ABC):
 
     @abstractmethod
     def _read_ranges(self, path: str, ranges: list[ByteRange]) -> list[bytes]: ...
+
+    def add_stats(self, stats: ReadStats) -> None:
+        """Count reads made for this source by a copy of it elsewhere (a forked process)."""
+        with self._stats_lock:
+            self.stats.requests += stats.requests
+            self.stats.bytes_read += stats.bytes_read
+            self.stats.whole_file_reads += stats.whole_file_reads
 
     def _count(self, requests: int, nbytes: int, whole: bool = False) -> None:
         with self._stats_lock:

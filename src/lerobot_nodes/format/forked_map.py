@@ -1,0 +1,173 @@
+"""Map a function over items in forked child processes, each child a contiguous range of them.
+
+For CPU-bound work that holds the GIL part of the time (the ``meta/episodes`` parse: pyarrow
+frees each parsed footer, ~200,000 small C++ objects, with the GIL held), where threads cannot
+use more than one core. :func:`forked_map` guarantees:
+
+* the result is ``[function(item) for item in items]``, each result pickled back from the child
+  that computed it, in item order;
+* an error raises the first exception in item order, as the child raised it (pickled back: the
+  same type and message; its traceback is lost) or, when it cannot be pickled, a
+  :class:`ChildFailed` naming its type and message; a child stops at its first error, children
+  of later ranges may have run further;
+* no child outlives the call: each child is killed (``SIGKILL``) by the kernel if the thread that
+  forked it exits (``PR_SET_PDEATHSIG``), and the call kills and reaps every child it started
+  before it returns or raises, whatever it raises (``KeyboardInterrupt`` too);
+* a child never returns into the caller's code: it leaves with ``os._exit`` (no ``atexit``
+  handlers, no flush of inherited stdio buffers, no finalizers run twice).
+
+It forks: call it only where forking is safe (:func:`lerobot_nodes.workers.server.fork_blocker`
+returns ``None``: no other threads, whose locks a child would inherit held), on Linux.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import pickle
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..workers.lifeline import set_parent_death_signal
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class ChildFailed(RuntimeError):
+    """A child process died without sending its results, or raised an exception that does not pickle."""
+
+
+def split_ranges(count: int, parts: int) -> list[range]:
+    """``range(count)`` cut into at most ``parts`` contiguous, non-empty ranges of near-equal length, in order."""
+    parts = max(1, min(parts, count))
+    bounds = [count * i // parts for i in range(parts + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+@dataclass
+class _Child:
+    pid: int
+    fd: int
+    """The read end of the pipe the child sends its results through."""
+    span: range
+    status: int | None = None
+    """Its wait status once reaped (its pid may then be reused: never signal it again)."""
+
+    def reap(self) -> int:
+        if self.status is None:
+            self.status = os.waitpid(self.pid, 0)[1]
+        return self.status
+
+
+def forked_map(function: Callable[[Item], Result], items: Sequence[Item], processes: int) -> list[Result]:
+    """``[function(item) for item in items]``, computed by up to ``processes`` forked children (see
+    the module docstring for what is guaranteed)."""
+    children: list[_Child] = []
+    received = False
+    try:
+        for span in split_ranges(len(items), processes):
+            children.append(_fork_child(function, items, span, [child.fd for child in children]))
+        payloads = [_receive(child) for child in children]
+        received = True
+    finally:
+        _end_children(children, kill=not received)
+    results: list[Result] = []
+    for done, error in payloads:
+        results.extend(done)
+        if error is not None:
+            raise error
+    return results
+
+
+def _fork_child(
+    function: Callable[[Any], Any], items: Sequence[Any], span: range, inherited: Sequence[int]
+) -> _Child:
+    """Fork a child that runs ``function`` over ``items[span]`` and pickles ``(results, error)``
+    into a pipe. ``inherited``: the read ends of the children forked before, which it closes."""
+    parent = os.getpid()
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except BaseException:
+        os.close(read_end)
+        os.close(write_end)
+        raise
+    if pid == 0:  # pragma: no cover - runs in the child, which never returns
+        for fd in (read_end, *inherited):
+            os.close(fd)
+        _child_main(function, items, span, write_end, parent)
+    os.close(write_end)
+    return _Child(pid, read_end, span)
+
+
+def _child_main(
+    function: Callable[[Any], Any], items: Sequence[Any], span: range, fd: int, parent: int
+) -> None:
+    code = 1
+    try:
+        set_parent_death_signal(signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the death signal was armed
+            os._exit(1)
+        # What the parent built is never garbage here: keep the collector off those objects, so
+        # their pages stay shared with the parent instead of being copied when it walks them.
+        gc.freeze()
+        results: list[Any] = []
+        error: BaseException | None = None
+        try:
+            for index in span:
+                results.append(function(items[index]))
+        except BaseException as exc:  # noqa: BLE001 - every error goes back to the parent
+            error = exc
+        with os.fdopen(fd, "wb", closefd=True) as pipe:
+            _send(pipe, results, error)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _send(pipe: Any, results: list[Any], error: BaseException | None) -> None:
+    """Pickle ``(results, error)`` into ``pipe``; an error that does not pickle goes as :class:`ChildFailed`."""
+    try:
+        payload = pickle.dumps((results, error), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - the error (or a result) does not pickle
+        failed = ChildFailed(
+            f"{type(error).__name__}: {error}" if error is not None else f"a result does not pickle: {exc}"
+        )
+        payload = pickle.dumps(
+            (results if error is not None else [], failed), protocol=pickle.HIGHEST_PROTOCOL
+        )
+    pipe.write(payload)
+
+
+def _receive(child: _Child) -> tuple[list[Any], BaseException | None]:
+    """What ``child`` sent; :class:`ChildFailed` if it died first."""
+    with os.fdopen(child.fd, "rb", closefd=False) as pipe:
+        try:
+            return pickle.load(pipe)
+        except (EOFError, pickle.UnpicklingError) as exc:
+            status = child.reap()  # its write end is closed: it has exited or is exiting
+            raise ChildFailed(
+                f"the child process for items {child.span.start}..{child.span.stop - 1} ended without "
+                f"sending its results ({_describe(status)})"
+            ) from exc
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def _end_children(children: Sequence[_Child], kill: bool) -> None:
+    """Close the children's pipes and reap them all; with ``kill`` (the parent is raising before
+    every child sent its results) kill those not reaped yet first, rather than wait for them."""
+    for child in children:
+        with contextlib.suppress(OSError):
+            os.close(child.fd)
+        if kill and child.status is None:
+            os.kill(child.pid, signal.SIGKILL)  # not reaped: the pid is still our child's
+        child.reap()
