@@ -472,9 +472,7 @@ def _map_files(source: ByteSource, files: Sequence[FileInfo], read: Callable[[Fi
         return list(pool.map(read, files))
 
 
-def _counted_read(
-    source: ByteSource, read: Callable[[FileInfo], Any], file: FileInfo
-) -> tuple[Any, ReadStats]:
+def _counted_read(source: ByteSource, read: Callable[[FileInfo], Any], file: FileInfo) -> tuple[Any, ReadStats]:
     """``read(file)`` and what it read of ``source`` (a forked reader's copy of it, whose counts the
     parent adds to its own)."""
     before = dataclasses.replace(source.stats)
@@ -650,9 +648,7 @@ def _table_from_arrays(
     return _table_of(arrays, EpisodeTasks(offsets, ids, extra["task_names"]), video_keys)
 
 
-def _table_of(
-    columns: Mapping[str, np.ndarray], tasks: EpisodeTasks, video_keys: Sequence[str]
-) -> EpisodeTable:
+def _table_of(columns: Mapping[str, np.ndarray], tasks: EpisodeTasks, video_keys: Sequence[str]) -> EpisodeTable:
     """The table of the per-episode ``columns`` (named as the ``meta/episodes`` Parquet names them)."""
     return EpisodeTable(
         episode_index=columns["episode_index"],

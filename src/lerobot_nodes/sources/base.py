@@ -126,9 +126,7 @@ class ByteSource(ABC):
             identity = self.byte_identity(path)
             if identity is not None:
                 size = self.info(path).size
-                return self.byte_cache.read(
-                    self.byte_cache_group, identity, size, [(0, size)], self._counted(path)
-                )[0]
+                return self.byte_cache.read(self.byte_cache_group, identity, size, [(0, size)], self._counted(path))[0]
         data = self._read_file(path)
         self._count(1, len(data), whole=True)
         return data
@@ -148,9 +146,7 @@ class ByteSource(ABC):
             if identity is not None:
                 size = self.info(path).size
                 if all(end <= size for _, end in ranges):  # else the store names the file in its error
-                    return self.byte_cache.read(
-                        self.byte_cache_group, identity, size, ranges, self._counted(path)
-                    )
+                    return self.byte_cache.read(self.byte_cache_group, identity, size, ranges, self._counted(path))
         return self._counted(path)(ranges)
 
     def _counted(self, path: str) -> Callable[[list[ByteRange]], list[bytes]]:
