@@ -4,8 +4,10 @@ For CPU-bound work that holds the GIL part of the time (the ``meta/episodes`` pa
 frees each parsed footer, ~200,000 small C++ objects, with the GIL held), where threads cannot
 use more than one core. :func:`forked_map` guarantees:
 
-* the result is ``[function(item) for item in items]``, each result pickled back from the child
-  that computed it, in item order;
+* the result is ``[function(item) for item in items]``, in item order; each result is pickled
+  back through a pipe as soon as it is computed and dropped by the child, so a child holds one
+  result at a time (results kept alive between items would pin the C heap a parse frees, and
+  make every later parse slower);
 * an error raises the first exception in item order, as the child raised it (pickled back: the
   same type and message; its traceback is lost) or, when it cannot be pickled, a
   :class:`ChildFailed` naming its type and message; a child stops at its first error, children
@@ -26,9 +28,11 @@ import contextlib
 import gc
 import os
 import pickle
+import selectors
 import signal
+import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..workers.lifeline import set_parent_death_signal
@@ -38,7 +42,7 @@ Result = TypeVar("Result")
 
 
 class ChildFailed(RuntimeError):
-    """A child process died without sending its results, or raised an exception that does not pickle."""
+    """A child process died without sending all its results, or raised an exception that does not pickle."""
 
 
 def split_ranges(count: int, parts: int) -> list[range]:
@@ -48,12 +52,24 @@ def split_ranges(count: int, parts: int) -> list[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
+# A child's stream: frames of an 8-byte little-endian length and a pickled (kind, value), kind one of
+# _RESULT (a result), _ERROR (the exception that stopped it, its last frame) or _DONE (all sent).
+_HEADER = struct.Struct("<Q")
+_RESULT, _ERROR, _DONE = 0, 1, 2
+_READ_SIZE = 1 << 20
+
+
 @dataclass
 class _Child:
     pid: int
     fd: int
     """The read end of the pipe the child sends its results through."""
     span: range
+    results: list[Any] = field(default_factory=list)
+    error: BaseException | None = None
+    ended: bool = False
+    """Whether its last frame (_ERROR or _DONE) arrived."""
+    pending: bytearray = field(default_factory=bytearray)
     status: int | None = None
     """Its wait status once reaped (its pid may then be reused: never signal it again)."""
 
@@ -61,6 +77,20 @@ class _Child:
         if self.status is None:
             self.status = os.waitpid(self.pid, 0)[1]
         return self.status
+
+    def take(self, data: bytes) -> None:
+        """Add ``data`` read from the pipe and unpickle every whole frame in what has arrived."""
+        self.pending += data
+        while len(self.pending) >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(self.pending)
+            if len(self.pending) < _HEADER.size + length:
+                return
+            kind, value = pickle.loads(memoryview(self.pending)[_HEADER.size : _HEADER.size + length])
+            del self.pending[: _HEADER.size + length]
+            if kind == _RESULT:
+                self.results.append(value)
+            else:
+                self.error, self.ended = (value if kind == _ERROR else None), True
 
 
 def forked_map(function: Callable[[Item], Result], items: Sequence[Item], processes: int) -> list[Result]:
@@ -71,23 +101,45 @@ def forked_map(function: Callable[[Item], Result], items: Sequence[Item], proces
     try:
         for span in split_ranges(len(items), processes):
             children.append(_fork_child(function, items, span, [child.fd for child in children]))
-        payloads = [_receive(child) for child in children]
+        _receive_all(children)
         received = True
     finally:
         _end_children(children, kill=not received)
     results: list[Result] = []
-    for done, error in payloads:
-        results.extend(done)
-        if error is not None:
-            raise error
+    for child in children:
+        if not child.ended:
+            raise ChildFailed(
+                f"the child process for items {child.span.start}..{child.span.stop - 1} ended after "
+                f"sending {len(child.results)} results ({_describe(child.reap())})"
+            )
+        results.extend(child.results)
+        if child.error is not None:
+            raise child.error
     return results
+
+
+def _receive_all(children: Sequence[_Child]) -> None:
+    """Read every child's pipe to its end, all at once (a child blocks when its pipe is full)."""
+    with selectors.DefaultSelector() as selector:
+        for child in children:
+            selector.register(child.fd, selectors.EVENT_READ, child)
+        open_pipes = len(children)
+        while open_pipes:
+            for key, _ in selector.select():
+                child = key.data
+                data = os.read(child.fd, _READ_SIZE)
+                if data:
+                    child.take(data)
+                else:  # end of file: the child closed its end (it is exiting)
+                    selector.unregister(child.fd)
+                    open_pipes -= 1
 
 
 def _fork_child(
     function: Callable[[Any], Any], items: Sequence[Any], span: range, inherited: Sequence[int]
 ) -> _Child:
-    """Fork a child that runs ``function`` over ``items[span]`` and pickles ``(results, error)``
-    into a pipe. ``inherited``: the read ends of the children forked before, which it closes."""
+    """Fork a child that runs ``function`` over ``items[span]`` and sends each result into a pipe.
+    ``inherited``: the read ends of the children forked before, which it closes."""
     parent = os.getpid()
     read_end, write_end = os.pipe()
     try:
@@ -115,45 +167,36 @@ def _child_main(
         # What the parent built is never garbage here: keep the collector off those objects, so
         # their pages stay shared with the parent instead of being copied when it walks them.
         gc.freeze()
-        results: list[Any] = []
-        error: BaseException | None = None
-        try:
+        with os.fdopen(fd, "wb", closefd=True) as pipe:  # buffered: writes loop until whole
             for index in span:
-                results.append(function(items[index]))
-        except BaseException as exc:  # noqa: BLE001 - every error goes back to the parent
-            error = exc
-        with os.fdopen(fd, "wb", closefd=True) as pipe:
-            _send(pipe, results, error)
+                try:
+                    result = function(items[index])
+                except BaseException as exc:  # noqa: BLE001 - every error goes back to the parent
+                    _send(pipe, _ERROR, exc)
+                    break
+                if not _send(pipe, _RESULT, result):
+                    break
+                del result  # before the next item: nothing of this one stays in the heap
+            else:
+                _send(pipe, _DONE, None)
         code = 0
     finally:
         os._exit(code)
 
 
-def _send(pipe: Any, results: list[Any], error: BaseException | None) -> None:
-    """Pickle ``(results, error)`` into ``pipe``; an error that does not pickle goes as :class:`ChildFailed`."""
+def _send(pipe: Any, kind: int, value: Any) -> bool:
+    """One frame into ``pipe``; False if ``value`` did not pickle and a :class:`ChildFailed` error
+    frame went instead (the child's last)."""
     try:
-        payload = pickle.dumps((results, error), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps((kind, value), protocol=pickle.HIGHEST_PROTOCOL)
+        sent = True
     except Exception as exc:  # noqa: BLE001 - the error (or a result) does not pickle
-        failed = ChildFailed(
-            f"{type(error).__name__}: {error}" if error is not None else f"a result does not pickle: {exc}"
-        )
-        payload = pickle.dumps(
-            (results if error is not None else [], failed), protocol=pickle.HIGHEST_PROTOCOL
-        )
+        why = f"{type(value).__name__}: {value}" if kind == _ERROR else f"a result does not pickle: {exc}"
+        payload = pickle.dumps((_ERROR, ChildFailed(why)), protocol=pickle.HIGHEST_PROTOCOL)
+        sent = False
+    pipe.write(_HEADER.pack(len(payload)))
     pipe.write(payload)
-
-
-def _receive(child: _Child) -> tuple[list[Any], BaseException | None]:
-    """What ``child`` sent; :class:`ChildFailed` if it died first."""
-    with os.fdopen(child.fd, "rb", closefd=False) as pipe:
-        try:
-            return pickle.load(pipe)
-        except (EOFError, pickle.UnpicklingError) as exc:
-            status = child.reap()  # its write end is closed: it has exited or is exiting
-            raise ChildFailed(
-                f"the child process for items {child.span.start}..{child.span.stop - 1} ended without "
-                f"sending its results ({_describe(status)})"
-            ) from exc
+    return sent
 
 
 def _describe(status: int) -> str:
