@@ -31,32 +31,40 @@ grow with them. None at 1M keeps writing the fixture within CI's budget (~30 CPU
 ~18): the 100k case covers pruning the stats columns, the 1M case the size of what is kept."""
 
 OPEN = """
-import json, sys
+import json, os, resource, sys, tempfile
 import numpy as np
 from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.sources import LocalSource
 from lerobot_nodes.testing.scale import scale_episode_lengths
 
-def peak_kb():
+def status_kb(field):
     for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
 
-read = set()
+# Paths read, appended to a file: the episodes files may be read by forked children.
+log = tempfile.NamedTemporaryFile("a+", suffix=".paths")
 
 class Recording(LocalSource):
     def _read_ranges(self, path, ranges):
-        read.add(path)
+        os.write(log.fileno(), (path + "\\n").encode())
         return super()._read_ranges(path, ranges)
 
     def _read_file(self, path):
-        read.add(path)
+        os.write(log.fileno(), (path + "\\n").encode())
         return super()._read_file(path)
 
 source = Recording(sys.argv[1])
-before = peak_kb()
+before, before_rss = status_kb("VmHWM"), status_kb("VmRSS")
 meta = load_meta(source)
-growth_mb = (peak_kb() - before) / 1024
+growth_mb = (status_kb("VmHWM") - before) / 1024
+# Forked readers (one per core, at most 8) ran at once: each grew past the footprint it inherited
+# by at most the largest one's growth (ru_maxrss of the reaped children, in KiB).
+children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+if children_kb:
+    growth_mb += min(len(os.sched_getaffinity(0)), 8) * max(0, children_kb - before_rss) / 1024
+log.seek(0)
+read = set(log.read().split())
 episodes = meta.episodes
 lengths = scale_episode_lengths(len(episodes))
 ends = np.cumsum(lengths)
