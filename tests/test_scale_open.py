@@ -31,7 +31,7 @@ grow with them. None at 1M keeps writing the fixture within CI's budget (~30 CPU
 ~18): the 100k case covers pruning the stats columns, the 1M case the size of what is kept."""
 
 OPEN = """
-import json, os, resource, sys, tempfile
+import json, os, sys, tempfile
 import numpy as np
 from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.sources import LocalSource
@@ -54,15 +54,36 @@ class Recording(LocalSource):
         os.write(log.fileno(), (path + "\\n").encode())
         return super()._read_file(path)
 
+# Forked readers' own peak growth: measured in each reader, from its first file on (its VmHWM reset
+# to its RSS then), and handed back beside each result.
+import lerobot_nodes.format.meta as meta_module
+first_rss = {}
+
+def measured(function):
+    def run(item):
+        if os.getpid() not in first_rss:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            first_rss[os.getpid()] = status_kb("VmRSS")
+        result = function(item)
+        return result, status_kb("VmHWM") - first_rss[os.getpid()]
+    return run
+
+child_growth_kb = []
+real_forked_map = meta_module.forked_map
+
+def forked_map(function, items, processes):
+    pairs = real_forked_map(measured(function), items, processes)
+    child_growth_kb.append((processes, max(kb for _, kb in pairs)))
+    return [result for result, _ in pairs]
+
+meta_module.forked_map = forked_map
 source = Recording(sys.argv[1])
-before, before_rss = status_kb("VmHWM"), status_kb("VmRSS")
+before = status_kb("VmHWM")
 meta = load_meta(source)
 growth_mb = (status_kb("VmHWM") - before) / 1024
-# Forked readers (one per core, at most 8) ran at once: each grew past the footprint it inherited
-# by at most the largest one's growth (ru_maxrss of the reaped children, in KiB).
-children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-if children_kb:
-    growth_mb += min(len(os.sched_getaffinity(0)), 8) * max(0, children_kb - before_rss) / 1024
+# The forked readers run at once: each grows by at most the largest one's growth.
+growth_mb += sum(processes * kb for processes, kb in child_growth_kb) / 1024
 log.seek(0)
 read = set(log.read().split())
 episodes = meta.episodes
@@ -76,7 +97,8 @@ wrong = (
 )
 print(json.dumps({"episodes": len(episodes), "frames": int(episodes.length.sum()), "growth_mb": growth_mb,
                   "wrong_episodes": int(wrong.sum()), "first_wrong": int(np.argmax(wrong)) if wrong.any() else None,
-                  "episode_files_read": len([p for p in read if p.startswith("meta/episodes/")])}))
+                  "episode_files_read": len([p for p in read if p.startswith("meta/episodes/")]),
+                  "forked_readers": child_growth_kb}))
 """
 
 
