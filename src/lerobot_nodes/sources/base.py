@@ -168,6 +168,13 @@ class ByteSource(ABC):
     @abstractmethod
     def _read_ranges(self, path: str, ranges: list[ByteRange]) -> list[bytes]: ...
 
+    def add_stats(self, stats: ReadStats) -> None:
+        """Count reads made for this source by a copy of it elsewhere (a forked process)."""
+        with self._stats_lock:
+            self.stats.requests += stats.requests
+            self.stats.bytes_read += stats.bytes_read
+            self.stats.whole_file_reads += stats.whole_file_reads
+
     def _count(self, requests: int, nbytes: int, whole: bool = False) -> None:
         with self._stats_lock:
             self.stats.requests += requests
