@@ -1,4 +1,4 @@
-"""The ``meta/episodes`` parse in forked processes (``format/forked_map.py``), in real processes.
+"""The ``meta/episodes`` parse in forked processes (``workers/forked_map.py``), in real processes.
 
 Each case runs in a fresh interpreter (no other threads: the state ``load_meta`` forks in) over a
 small generated dataset of 20 ``meta/episodes`` files: the forked parse loads exactly what the
@@ -37,7 +37,7 @@ import json, os, sys
 import numpy as np
 import psutil
 import lerobot_nodes.format.meta as meta
-from lerobot_nodes.format import forked_map as fm
+from lerobot_nodes.workers import forked_map as fm
 from lerobot_nodes.sources import LocalSource
 
 forks = []

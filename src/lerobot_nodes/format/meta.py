@@ -37,8 +37,8 @@ from ..errors import ConfigError, MetadataError, SourceFileNotFoundError, Unsupp
 from ..heap import glibc_malloc_trim
 from ..sources import ByteSource, FileInfo, LocalSource, ReadStats
 from ..sources.listed import ListedHttpSource
+from ..workers.forked_map import forked_map
 from ..workers.server import fork_blocker
-from .forked_map import forked_map
 from .parquet_columns import read_columns
 from .table_cache import CacheFileError, MappedFile, TableCache, read_table, table_key
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..workers.lifeline import set_parent_death_signal
+from .lifeline import set_parent_death_signal
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
