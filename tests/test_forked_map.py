@@ -223,3 +223,41 @@ print(json.dumps({"results": fm.forked_map(lambda i: (i, os.getpid()), list(rang
     workers = {pid for _, pid in out["results"]}
     assert items == list(range(7))
     assert len(workers) == 3 and out["me"] not in workers
+
+
+def test_a_pipe_or_fork_refused_by_a_limit_is_cannot_fork_and_the_meta_read_falls_back_to_threads(
+    dataset: Path,
+) -> None:
+    out = run(
+        f"""
+import resource
+open_now = len(os.listdir("/proc/self/fd")) - 1  # less the descriptor listdir itself held
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 2, hard))  # one pipe, not two
+try:
+    fm.forked_map(lambda item: item, list(range(8)), 4)
+    refused = None
+except fm.CannotFork as exc:
+    refused = str(exc)
+left = children()
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+threads = meta.load_meta(meta.LocalSource({str(dataset)!r}), check_files=False, table_cache=False)
+meta._LOCAL_READERS = 1  # the fallback reads one file at a time: one descriptor, which the limit leaves
+import io, logging
+said = io.StringIO()
+logging.getLogger("lerobot_nodes.format").addHandler(logging.StreamHandler(said))
+logging.getLogger("lerobot_nodes.format").setLevel(logging.DEBUG)
+source = meta.LocalSource({str(dataset)!r})
+open_now = len(os.listdir("/proc/self/fd")) - 1  # less the descriptor listdir itself held
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 2, hard))
+fallback = meta.load_meta(source, check_files=False, table_cache=False)
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+same = bool(np.array_equal(threads.episodes.length, fallback.episodes.length))
+print(json.dumps({{"refused": refused, "children": left, "same": same, "episodes": len(fallback.episodes),
+                   "after": children(), "fell_back": "with threads: cannot start" in said.getvalue()}}))
+"""
+    )
+    assert out["refused"] is not None and "Too many open files" in out["refused"]
+    assert out["children"] == []  # the child forked before the refused pipe is killed and reaped
+    assert out["fell_back"]  # the meta read tried its forked readers, was refused, and read with threads
+    assert out["same"] and out["episodes"] == EPISODES and out["after"] == []

@@ -37,7 +37,7 @@ from ..errors import ConfigError, MetadataError, SourceFileNotFoundError, Unsupp
 from ..heap import glibc_malloc_trim
 from ..sources import ByteSource, FileInfo, LocalSource, ReadStats
 from ..sources.listed import ListedHttpSource
-from ..workers.forked_map import forked_map
+from ..workers.forked_map import CannotFork, forked_map
 from ..workers.server import fork_blocker
 from .parquet_columns import read_columns
 from .table_cache import CacheFileError, MappedFile, TableCache, read_table, table_key
@@ -504,10 +504,14 @@ def _map_files(source: ByteSource, files: Sequence[FileInfo], read: Callable[[Fi
     (:func:`_fork_readers`), else by threads."""
     processes = _fork_readers(source, files)
     if processes > 1:
-        counted = forked_map(functools.partial(_counted_read, source, read), files, processes)
-        for _, stats in counted:
-            source.add_stats(stats)
-        return [result for result, _ in counted]
+        try:
+            counted = forked_map(functools.partial(_counted_read, source, read), files, processes)
+        except CannotFork as error:  # a process, memory or file limit: threads need none of that
+            log.debug("reading %d meta/episodes files with threads: %s", len(files), error)
+        else:
+            for _, stats in counted:
+                source.add_stats(stats)
+            return [result for result, _ in counted]
     limit = _LOCAL_READERS if isinstance(source, LocalSource) else _REMOTE_READERS
     workers = max(1, min(limit, len(files)))
     if workers == 1:

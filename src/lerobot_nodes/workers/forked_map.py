@@ -12,6 +12,8 @@ use more than one core. :func:`forked_map` guarantees:
   same type and message; its traceback is lost) or, when it cannot be pickled, a
   :class:`ChildFailed` naming its type and message; a child stops at its first error, children
   of later ranges may have run further;
+* a ``fork`` or ``pipe`` that fails (``ulimit -u``, ``-v``, ``-n``) raises :class:`CannotFork` before
+  any result is used, the children already forked killed and reaped;
 * no child outlives the call: each child is killed (``SIGKILL``) by the kernel if the thread that
   forked it exits (``PR_SET_PDEATHSIG``), and the call kills and reaps every child it started
   before it returns or raises, whatever it raises (``KeyboardInterrupt`` too);
@@ -43,6 +45,11 @@ Result = TypeVar("Result")
 
 class ChildFailed(RuntimeError):
     """A child process died without sending all its results, or raised an exception that does not pickle."""
+
+
+class CannotFork(RuntimeError):
+    """No child could be started (``fork`` or ``pipe`` failed: a process, memory or open-file limit);
+    nothing ran, the children already forked are gone: the caller may do the work another way."""
 
 
 def split_ranges(count: int, parts: int) -> list[range]:
@@ -99,8 +106,11 @@ def forked_map(function: Callable[[Item], Result], items: Sequence[Item], proces
     children: list[_Child] = []
     received = False
     try:
-        for span in split_ranges(len(items), processes):
-            children.append(_fork_child(function, items, span, [child.fd for child in children]))
+        try:
+            for span in split_ranges(len(items), processes):
+                children.append(_fork_child(function, items, span, [child.fd for child in children]))
+        except OSError as error:  # the finally kills and reaps the children forked so far
+            raise CannotFork(f"cannot start {processes} child processes: {error}") from error
         _receive_all(children)
         received = True
     finally:
