@@ -204,7 +204,7 @@ def die(item):
 try:
     fm.forked_map(die, list(range(6)), 2)
     message = None
-except fm.ChildFailed as exc:
+except fm.ForkedChildError as exc:
     message = str(exc)
 print(json.dumps({"message": message, "children": children()}))
 """
@@ -237,7 +237,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 2, hard))  # one pipe, no
 try:
     fm.forked_map(lambda item: item, list(range(8)), 4)
     refused = None
-except fm.CannotFork as exc:
+except fm.ForkRefusedError as exc:
     refused = str(exc)
 left = children()
 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -95,3 +95,13 @@ class CacheFileError(LeRobotNodesError, ValueError):
 
 class DemoWriteError(LeRobotNodesError, OSError):
     """The built-in demo dataset could not be written (a full or read-only disk); nothing partial is left."""
+
+
+class ForkedChildError(LeRobotNodesError, RuntimeError):
+    """A forked child process (``workers.forked_map``) died without sending all its results, or raised an
+    exception that does not pickle; the message names its items and how it ended."""
+
+
+class ForkRefusedError(LeRobotNodesError, OSError):
+    """No forked child could be started (``fork`` or ``pipe`` failed under a process, memory or open-file
+    limit); nothing ran and the children already forked are gone, so the caller may do the work another way."""

@@ -33,11 +33,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import ConfigError, MetadataError, SourceFileNotFoundError, UnsupportedVersionError
+from ..errors import (
+    ConfigError,
+    ForkRefusedError,
+    MetadataError,
+    SourceFileNotFoundError,
+    UnsupportedVersionError,
+)
 from ..heap import glibc_malloc_trim
 from ..sources import ByteSource, FileInfo, LocalSource, ReadStats
 from ..sources.listed import ListedHttpSource
-from ..workers.forked_map import CannotFork, forked_map
+from ..workers.forked_map import forked_map
 from ..workers.server import fork_blocker
 from .parquet_columns import read_columns
 from .table_cache import CacheFileError, MappedFile, TableCache, read_table, table_key
@@ -506,7 +512,7 @@ def _map_files(source: ByteSource, files: Sequence[FileInfo], read: Callable[[Fi
     if processes > 1:
         try:
             counted = forked_map(functools.partial(_counted_read, source, read), files, processes)
-        except CannotFork as error:  # a process, memory or file limit: threads need none of that
+        except ForkRefusedError as error:  # a process, memory or file limit: threads need none of that
             log.debug("reading %d meta/episodes files with threads: %s", len(files), error)
         else:
             for _, stats in counted:

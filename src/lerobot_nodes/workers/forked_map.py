@@ -10,9 +10,9 @@ use more than one core. :func:`forked_map` guarantees:
   make every later parse slower);
 * an error raises the first exception in item order, as the child raised it (pickled back: the
   same type and message; its traceback is lost) or, when it cannot be pickled, a
-  :class:`ChildFailed` naming its type and message; a child stops at its first error, children
+  :class:`ForkedChildError` naming its type and message; a child stops at its first error, children
   of later ranges may have run further;
-* a ``fork`` or ``pipe`` that fails (``ulimit -u``, ``-v``, ``-n``) raises :class:`CannotFork` before
+* a ``fork`` or ``pipe`` that fails (``ulimit -u``, ``-v``, ``-n``) raises :class:`ForkRefusedError` before
   any result is used, the children already forked killed and reaped;
 * no child outlives the call: each child is killed (``SIGKILL``) by the kernel if the thread that
   forked it exits (``PR_SET_PDEATHSIG``), and the call kills and reaps every child it started
@@ -37,19 +37,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ..errors import ForkedChildError, ForkRefusedError
 from .lifeline import set_parent_death_signal
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
-
-
-class ChildFailed(RuntimeError):
-    """A child process died without sending all its results, or raised an exception that does not pickle."""
-
-
-class CannotFork(RuntimeError):
-    """No child could be started (``fork`` or ``pipe`` failed: a process, memory or open-file limit);
-    nothing ran, the children already forked are gone: the caller may do the work another way."""
 
 
 def split_ranges(count: int, parts: int) -> list[range]:
@@ -110,7 +102,7 @@ def forked_map(function: Callable[[Item], Result], items: Sequence[Item], proces
             for span in split_ranges(len(items), processes):
                 children.append(_fork_child(function, items, span, [child.fd for child in children]))
         except OSError as error:  # the finally kills and reaps the children forked so far
-            raise CannotFork(f"cannot start {processes} child processes: {error}") from error
+            raise ForkRefusedError(f"cannot start {processes} child processes: {error}") from error
         _receive_all(children)
         received = True
     finally:
@@ -118,7 +110,7 @@ def forked_map(function: Callable[[Item], Result], items: Sequence[Item], proces
     results: list[Result] = []
     for child in children:
         if not child.ended:
-            raise ChildFailed(
+            raise ForkedChildError(
                 f"the child process for items {child.span.start}..{child.span.stop - 1} ended after "
                 f"sending {len(child.results)} results ({_describe(child.reap())})"
             )
@@ -195,14 +187,14 @@ def _child_main(
 
 
 def _send(pipe: Any, kind: int, value: Any) -> bool:
-    """One frame into ``pipe``; False if ``value`` did not pickle and a :class:`ChildFailed` error
+    """One frame into ``pipe``; False if ``value`` did not pickle and a :class:`ForkedChildError` error
     frame went instead (the child's last)."""
     try:
         payload = pickle.dumps((kind, value), protocol=pickle.HIGHEST_PROTOCOL)
         sent = True
     except Exception as exc:  # noqa: BLE001 - the error (or a result) does not pickle
         why = f"{type(value).__name__}: {value}" if kind == _ERROR else f"a result does not pickle: {exc}"
-        payload = pickle.dumps((_ERROR, ChildFailed(why)), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps((_ERROR, ForkedChildError(why)), protocol=pickle.HIGHEST_PROTOCOL)
         sent = False
     pipe.write(_HEADER.pack(len(payload)))
     pipe.write(payload)
