@@ -91,6 +91,16 @@ RECIPES: dict[str, dict[str, Any]] = {
         "video_files_size_in_mb": 0.5,
         "seed": 4,
     },
+    # Many episodes of larger frames with B-frames: libx264 GOP 30, 160 episodes of 60 frames, 3 cameras 240x320.
+    "h264-many": {
+        "episode_lengths": [60] * 160,
+        "cameras": CAMERAS_3,
+        "height": 240,
+        "width": 320,
+        "codec": "h264",
+        "video_files_size_in_mb": 4.0,
+        "seed": 6,
+    },
     # The same at 2,000 episodes: the pool's drain at an epoch's end is ~3 % of the epoch instead of 16 %.
     "av1-many2k": {
         "episode_lengths": [30] * 2000,
