@@ -168,31 +168,15 @@ def child(root: Path, mode: str) -> None:
             read_paths.add(path)
             return super()._read_ranges(path, ranges)
 
-    # Forked readers (where the open forks them): each one's peak growth from its first file on
-    # (its VmHWM reset to its RSS then) and the files it read, handed back beside each result.
-    first_rss: dict[int, int] = {}
-    child_growth_kb = [0]
-    real_forked_map = getattr(meta_module, "forked_map", None)
-
-    def measured(function):  # type: ignore[no-untyped-def]
-        def run(item):  # type: ignore[no-untyped-def]
-            if os.getpid() not in first_rss:
-                with open("/proc/self/clear_refs", "w") as f:
-                    f.write("5")
-                first_rss[os.getpid()] = _status_kb("VmRSS")
-            result = function(item)
-            return result, _status_kb("VmHWM") - first_rss[os.getpid()]
-
-        return run
-
-    def forked_map(function, items, processes):  # type: ignore[no-untyped-def]
-        pairs = real_forked_map(measured(function), items, processes)
-        child_growth_kb[0] = max(kb for _, kb in pairs)
-        read_paths.update(item.path for item in items)
-        return [result for result, _ in pairs]
-
-    if real_forked_map is not None:
-        meta_module.forked_map = forked_map
+    # Forked readers (where the open forks them, from lerobot_nodes.testing.scale): each one's peak growth
+    # from its first file on, and the files it read (the code before forked readers has neither).
+    try:
+        from lerobot_nodes.testing.scale import ForkedReaderPeaks
+    except ImportError:
+        ForkedReaderPeaks = None  # noqa: N806
+    readers = ForkedReaderPeaks() if ForkedReaderPeaks is not None and hasattr(meta_module, "forked_map") else None
+    if readers is not None:
+        readers.install(meta_module)
     source = CountingSource(root)
     if mode in ("cold", "warm"):
         _drop_page_cache(root)
@@ -209,6 +193,9 @@ def child(root: Path, mode: str) -> None:
     peak = _status_kb("VmHWM")
     after_rss = _status_kb("VmRSS")
     pss = _pss_kb()
+    child_growth_kb = max((kb for _, kb in readers.calls), default=0) if readers is not None else 0
+    if readers is not None:
+        read_paths.update(item.path for item in readers.items)
     result = {
         "module": meta_module.__file__,
         "seconds": seconds,
@@ -217,7 +204,7 @@ def child(root: Path, mode: str) -> None:
         "peak_rss_mb": peak / 1024,
         "peak_growth_mb": (peak - base_rss) / 1024,
         # the largest forked reader's (0: none ran; the code before has no meta_module.forked_map)
-        "child_peak_growth_mb": child_growth_kb[0] / 1024,
+        "child_peak_growth_mb": child_growth_kb / 1024,
         "after_rss_mb": after_rss / 1024,
         "after_pss_mb": pss / 1024,
         "episodes": len(meta.episodes),

@@ -35,12 +35,7 @@ import json, os, sys, tempfile
 import numpy as np
 from lerobot_nodes.format.meta import load_meta
 from lerobot_nodes.sources import LocalSource
-from lerobot_nodes.testing.scale import scale_episode_lengths
-
-def status_kb(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
+from lerobot_nodes.testing.scale import ForkedReaderPeaks, scale_episode_lengths, status_kb
 
 # Paths read, appended to a file: the episodes files may be read by forked children.
 log = tempfile.NamedTemporaryFile("a+", suffix=".paths")
@@ -54,36 +49,16 @@ class Recording(LocalSource):
         os.write(log.fileno(), (path + "\\n").encode())
         return super()._read_file(path)
 
-# Forked readers' own peak growth: measured in each reader, from its first file on (its VmHWM reset
-# to its RSS then), and handed back beside each result.
+# Forked readers' own peak growth: measured in each reader from its first file on, handed back beside each result.
 import lerobot_nodes.format.meta as meta_module
-first_rss = {}
-
-def measured(function):
-    def run(item):
-        if os.getpid() not in first_rss:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            first_rss[os.getpid()] = status_kb("VmRSS")
-        result = function(item)
-        return result, status_kb("VmHWM") - first_rss[os.getpid()]
-    return run
-
-child_growth_kb = []
-real_forked_map = meta_module.forked_map
-
-def forked_map(function, items, processes):
-    pairs = real_forked_map(measured(function), items, processes)
-    child_growth_kb.append((processes, max(kb for _, kb in pairs)))
-    return [result for result, _ in pairs]
-
-meta_module.forked_map = forked_map
+readers = ForkedReaderPeaks()
+readers.install(meta_module)
 source = Recording(sys.argv[1])
 before = status_kb("VmHWM")
 meta = load_meta(source)
 growth_mb = (status_kb("VmHWM") - before) / 1024
 # The forked readers run at once: each grows by at most the largest one's growth.
-growth_mb += sum(processes * kb for processes, kb in child_growth_kb) / 1024
+growth_mb += sum(processes * kb for processes, kb in readers.calls) / 1024
 log.seek(0)
 read = set(log.read().split())
 episodes = meta.episodes
@@ -98,7 +73,7 @@ wrong = (
 print(json.dumps({"episodes": len(episodes), "frames": int(episodes.length.sum()), "growth_mb": growth_mb,
                   "wrong_episodes": int(wrong.sum()), "first_wrong": int(np.argmax(wrong)) if wrong.any() else None,
                   "episode_files_read": len([p for p in read if p.startswith("meta/episodes/")]),
-                  "forked_readers": child_growth_kb}))
+                  "forked_readers": readers.calls}))
 """
 
 

@@ -7,6 +7,7 @@ metadata reads them.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -202,3 +203,50 @@ def write_scale_metadata(root: Path, episodes: int, seed: int = 0, stats_feature
     (root / "meta" / "stats.json").write_text(json.dumps(stats))
     (root / ".complete").write_text("ok\n")
     return root
+
+
+def status_kb(field: str) -> int:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``; Linux), 0 if absent."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+_FIRST_RSS_KB: dict[int, int] = {}
+
+
+def _measured_call(function: Any, item: Any) -> tuple[Any, int]:
+    """``function(item)`` and this process's peak RSS growth in kB since its first call (its VmHWM reset then)."""
+    pid = os.getpid()
+    if pid not in _FIRST_RSS_KB:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        _FIRST_RSS_KB[pid] = status_kb("VmRSS")
+    result = function(item)
+    return result, status_kb("VmHWM") - _FIRST_RSS_KB[pid]
+
+
+class ForkedReaderPeaks:
+    """What the forked readers of a ``meta/episodes`` open used, for benchmarks and tests (Linux).
+
+    :meth:`install` wraps ``lerobot_nodes.format.meta.forked_map``: each reader measures its own peak
+    RSS growth from its first file on and hands it back beside each result. ``calls`` holds
+    ``(readers, the largest reader's growth in kB)`` per forked open, ``items`` every file they read.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+        self.items: list[Any] = []
+        self._forked_map: Any = None
+
+    def install(self, meta_module: Any) -> None:
+        self._forked_map = meta_module.forked_map
+        meta_module.forked_map = self._measured_map
+
+    def _measured_map(self, function: Any, items: Any, processes: int) -> list[Any]:
+        pairs = self._forked_map(functools.partial(_measured_call, function), items, processes)
+        self.calls.append((processes, max(kb for _, kb in pairs)))
+        self.items.extend(items)
+        return [result for result, _ in pairs]
