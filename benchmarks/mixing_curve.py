@@ -14,7 +14,8 @@ sampled every 50 ms).
 
 Settings: ``today`` (one open run: the schedule before issue 24, forced with ``MAX_OPEN_RUNS = 1``),
 ``pairs`` (``streaming_gop_runs=false``), ``per_worker`` (the defaults but
-``streaming_batches_across_workers=false``: each batch from one worker, the loader before), and the open-run counts the decoded-frame budget gives
+``streaming_batches_across_workers=false``: each batch from one worker, the loader before), ``round_robin``
+(the defaults but ``streaming_sampling_strategy=round_robin``), and the open-run counts the decoded-frame budget gives
 (``--budgets``, MB per rank; ``default`` is 1024), and ``poolN``: the defaults with
 ``streaming_episode_pool_size=N`` episodes per rank (the default is 32). Datasets are written by
 ``lerobot_nodes.testing.write_dataset`` under ``--data`` (see :func:`ensure_datasets`).
@@ -152,6 +153,8 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
         flags["streaming_gop_runs"] = False
     if config["setting"] == "per_worker":
         flags["streaming_batches_across_workers"] = False
+    if config["setting"] == "round_robin":
+        flags["streaming_sampling_strategy"] = "round_robin"
     if config.get("pool_size"):
         flags["streaming_episode_pool_size"] = int(config["pool_size"])
     if config.get("budget_mb"):
@@ -238,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--datasets", nargs="+", default=list(RECIPES))
     parser.add_argument(
-        "--settings", nargs="+", default=["today", "default"], help="today, pairs, per_worker, default, poolN, or MB"
+        "--settings", nargs="+", default=["today", "default"], help="today, pairs, per_worker, round_robin, default, poolN, or MB"
     )
     parser.add_argument("--workers", nargs="+", type=int, default=[0, 2])
     parser.add_argument("--batches", type=int, default=120)
@@ -255,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.datasets:
             for setting in args.settings:
                 for workers in args.workers:
-                    named = setting in ("today", "pairs", "per_worker", "default")
+                    named = setting in ("today", "pairs", "per_worker", "round_robin", "default")
                     pool = int(setting[4:]) if setting.startswith("pool") else None
                     config = {
                         "dataset": name,

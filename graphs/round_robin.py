@@ -2,7 +2,8 @@
 
 Each round shuffles the resident episodes and takes one frame of each, so every batch
 mixes as many episodes as the pool holds; episodes admitted during a round join the next.
-Coverage, budgets and resume are those of the default graph.
+Coverage, budgets and resume are those of the default graph. ``round_robin`` is also the default
+strategy of a new run; this graph pins it, so a resumed one never adopts a checkpoint's other strategy.
 """
 
 from __future__ import annotations

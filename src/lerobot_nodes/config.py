@@ -18,6 +18,10 @@ from typing import Any
 from .errors import ConfigError
 
 SAMPLING_STRATEGIES = ("remaining", "round_robin")
+DEFAULT_SAMPLING_STRATEGY = "round_robin"
+"""The strategy of a new run when ``streaming_sampling_strategy`` is unset: every batch draws on as many
+resident episodes as it has samples (issue 24: ``remaining`` drew mostly on the fuller episodes of the pool,
+0.8x the distinct episodes of a uniform shuffle). A resumed run keeps its checkpoint's strategy."""
 BAD_EPISODES_RAISE = "raise"
 BAD_EPISODES_SKIP = "skip"
 BAD_EPISODE_POLICIES = (BAD_EPISODES_RAISE, BAD_EPISODES_SKIP)
@@ -90,6 +94,10 @@ class StreamingConfig:
     latency-bound): unset, ``streaming_native_http_connections`` when that is set, else 4 for a
     local folder (parsing is CPU work) and 32 for a remote store.
 
+    ``streaming_sampling_strategy``: unset, ``round_robin`` for a new run (:data:`DEFAULT_SAMPLING_STRATEGY`)
+    and the checkpoint's strategy for a resumed one (``remaining`` for checkpoints of the versions before);
+    set, that strategy, and a resume from a checkpoint of another is refused.
+
     ``streaming_bad_episodes``: ``raise`` (default) stops the open at the first episode whose
     files are missing or contradict the metadata; ``skip`` leaves such episodes of this rank out
     of its schedule (``lerobot_nodes.bad_episodes``), logs each kind once and records the skipped
@@ -102,7 +110,7 @@ class StreamingConfig:
     """
 
     streaming_episode_pool_size: int | None = None
-    streaming_sampling_strategy: str = "remaining"
+    streaming_sampling_strategy: str | None = None
     streaming_prefetch_episodes: int = 8
     streaming_byte_budget_gb: float = 8.0
     streaming_decode_threads: int = 2
@@ -125,7 +133,7 @@ class StreamingConfig:
 
     def __post_init__(self) -> None:
         _check_int("streaming_episode_pool_size", self.streaming_episode_pool_size, minimum=1, optional=True)
-        if self.streaming_sampling_strategy not in SAMPLING_STRATEGIES:
+        if self.streaming_sampling_strategy is not None and self.streaming_sampling_strategy not in SAMPLING_STRATEGIES:
             raise ConfigError(
                 f"--dataset.streaming_sampling_strategy must be one of {', '.join(SAMPLING_STRATEGIES)}, "
                 f"got {self.streaming_sampling_strategy!r}"
@@ -192,6 +200,11 @@ class StreamingConfig:
     def worker_decoded_frame_budget(self, num_workers: int) -> int:
         """One worker's share of the rank's decoded-frame budget, in bytes (1 MB = 10**6 bytes)."""
         return max(1, int(self.streaming_decoded_frame_budget_mb * BYTES_PER_MB) // _workers(num_workers))
+
+    @property
+    def sampling_strategy(self) -> str:
+        """The pool sampler's strategy: ``streaming_sampling_strategy``, or :data:`DEFAULT_SAMPLING_STRATEGY` unset."""
+        return self.streaming_sampling_strategy or DEFAULT_SAMPLING_STRATEGY
 
     def worker_pool_size(self, worker_id: int, num_workers: int, rank_pool: int = DEFAULT_RANK_POOL_SIZE) -> int:
         """Episodes worker ``worker_id`` mixes: the explicit option, else its share of the rank's default

@@ -39,10 +39,12 @@ from .mp4.index import VideoIndex
 from .nodes.sharder import max_workers_for_rank, rank_episodes, worker_episodes
 from .nodes.weighted_sharder import normalized_weights, weighted_max_workers, weighted_rank_episodes
 from .resume.identity import (
+    SAMPLING_STRATEGY,
     batches_across_workers_of,
     check_identity,
     dataset_identity,
     rank_pool_of,
+    sampling_strategy_of,
     with_rank_pool,
     with_skipped,
     with_worker_split,
@@ -206,6 +208,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         if weights is not None:
             config = dataclasses.replace(config, streaming_weights=_weights_argument(weights))
         self.config = config
+        # A strategy the user chose is compared with a checkpoint's; an unset one adopts it (_adopt_strategy_of).
+        self._strategy_chosen = config.streaming_sampling_strategy is not None
         self.repo_id = repo_id if repo_id is None or isinstance(repo_id, str) else list(repo_id)
         self.source: ByteSource
         self.meta: DatasetMeta
@@ -598,6 +602,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 f"{sorted(state) if isinstance(state, dict) else type(state).__name__}; checkpoints of the older "
                 "multi-worker sampler cannot be resumed exactly: start a new run from the saved policy weights"
             )
+        self._adopt_strategy_of(state.get(IDENTITY_KEY))
         check_identity(state.get(IDENTITY_KEY), self.identity)
         # The run keeps splitting a rank's episodes over its workers, and sizing its pool, as the checkpoint did.
         self._adopt_schedule_of(state.get(IDENTITY_KEY))
@@ -654,6 +659,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         is replayed with this version's worker split and this run's ``streaming_batches_across_workers``.
         """
         if identity is not None:
+            self._adopt_strategy_of(identity)
             check_identity(dict(identity), self.identity)
             self._adopt_schedule_of(identity)
         old_world = self.world_size if world_size is None else int(world_size)
@@ -667,6 +673,15 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         )
         self.close()
         self._resume.from_step(checkpoint)
+
+    def _adopt_strategy_of(self, identity: Mapping[str, Any] | None) -> None:
+        """Take the checkpointed run's sampling strategy when this run leaves it unset (a set one is compared)."""
+        saved = sampling_strategy_of(identity)
+        if saved is None or self._strategy_chosen or saved == self.config.sampling_strategy:
+            return
+        self.config = dataclasses.replace(self.config, streaming_sampling_strategy=saved)
+        self.identity = {**self.identity, SAMPLING_STRATEGY: self.config.sampling_strategy}
+        self.close()  # a graph built with the other strategy is stale
 
     def _adopt_schedule_of(self, identity: Mapping[str, Any] | None) -> None:
         """Keep the checkpointed run's worker split and default rank pool (see :attr:`rank_pool`)."""

@@ -387,7 +387,7 @@ def schedule_sampler(
         pool_size=config.worker_pool_size(
             reader.worker_id, reader.num_workers, DEFAULT_RANK_POOL_SIZE if schedule.rank_pool is None else schedule.rank_pool
         ),
-        strategy=config.streaming_sampling_strategy,
+        strategy=config.sampling_strategy,
         seed=resolve_seed(schedule.seed),
         episode_cost=runs.episode_cost,
         budget=ByteBudget(

@@ -11,7 +11,8 @@ from lerobot_nodes.errors import ConfigError
 def test_defaults_follow_the_spec():
     config = StreamingConfig()
     assert config.streaming_episode_pool_size is None
-    assert config.streaming_sampling_strategy == "remaining"
+    assert config.streaming_sampling_strategy is None  # unset: round_robin for a new run, a checkpoint's on resume
+    assert config.sampling_strategy == "round_robin"
     assert config.streaming_prefetch_episodes == 8
     assert config.streaming_byte_budget_gb == 8
     assert config.streaming_decode_threads == 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import collections
 import random
 
 import pytest
@@ -205,3 +207,24 @@ def test_pool_sampler_keeps_the_resume_contract(strategy):
         cuts=[0, 1, 5, 17, 33, 34],
         consume=lambda item: (item.episode, item.frame),
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(dataset=datasets(max_episodes=30, max_length=12), pool_size=st.integers(2, 8), seed=st.integers(0, 2**31), data=st.data())
+def test_round_robin_bounds_one_episodes_share_of_any_batch(dataset, pool_size, seed, data):
+    """The correlation bound of the default strategy: a window of B consecutive samples (B <= pool) takes at
+    most 2 of one episode while B or more episodes still have frames after it (a round is a permutation of the
+    resident episodes, at least B of them then, so the window spans at most two rounds); fewer than B episodes
+    left, at most ceil(B / left) + 1 of one."""
+    episodes, lengths = dataset
+    batch = data.draw(st.integers(2, pool_size))
+    picks = [item.episode for item in make_sampler(episodes, lengths, pool_size=pool_size, strategy="round_robin", seed=seed)]
+    assert sorted(collections.Counter(picks).items()) == sorted(zip(episodes, lengths, strict=True))
+    last_pick = {episode: position for position, episode in enumerate(picks)}
+    ends = sorted(last_pick.values())
+    for start in range(len(picks) - batch + 1):
+        end = start + batch - 1
+        left = len(ends) - bisect.bisect_right(ends, end)  # episodes with frames after the window
+        most = max(collections.Counter(picks[start : end + 1]).values())
+        bound = 2 if left >= batch else -(-batch // max(1, left)) + 1
+        assert most <= bound, (start, picks[start : end + 1], left)

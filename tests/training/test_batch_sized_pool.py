@@ -8,7 +8,7 @@ import pytest
 
 from lerobot_nodes import StreamingConfig, StreamingLeRobotDataset, streaming_dataloader
 from lerobot_nodes.config import DEFAULT_RANK_POOL_SIZE, default_rank_pool_size
-from lerobot_nodes.resume.identity import RANK_POOL
+from lerobot_nodes.resume.identity import RANK_POOL, SAMPLING_STRATEGY
 from lerobot_nodes.testing import write_dataset
 
 EPISODES, LENGTH, BATCH = 300, 12, 32
@@ -42,7 +42,8 @@ def test_the_default_rank_pool_is_four_batches_of_episodes_and_at_least_32():
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_batches_of_many_episodes_mix_nearly_as_a_uniform_shuffle(many_episodes, num_workers):
     figures = {}
-    for name, options in {"default": {}, "pool 32": {"streaming_episode_pool_size": 32 // max(1, num_workers)}}.items():
+    pool_32 = {"streaming_episode_pool_size": 32 // max(1, num_workers), "streaming_sampling_strategy": "remaining"}
+    for name, options in {"default": {}, "pool 32": pool_32}.items():
         dataset = _dataset(many_episodes, **options)
         loader = streaming_dataloader(dataset, BATCH, num_workers)
         seen = []
@@ -56,7 +57,7 @@ def test_batches_of_many_episodes_mix_nearly_as_a_uniform_shuffle(many_episodes,
             assert dataset.rank_pool == 4 * BATCH
     default, small = figures["default"], figures["pool 32"]
     assert default.distinct_episodes >= 0.9 * default.uniform_distinct_episodes
-    assert small.distinct_episodes < 0.8 * small.uniform_distinct_episodes  # what the pool of 32 gave
+    assert small.distinct_episodes < 0.8 * small.uniform_distinct_episodes  # what the pool of 32 gave (remaining)
 
 
 def test_an_epoch_with_the_batch_sized_pool_covers_every_frame_once_in_a_seeded_order(many_episodes):
@@ -85,9 +86,11 @@ def test_a_step_resume_keeps_the_checkpoints_pool_under_another_batch_size(many_
 
 def test_a_checkpoint_of_the_versions_before_resumes_with_their_pool_of_32(many_episodes):
     steps = 20
-    before = _dataset(many_episodes, streaming_episode_pool_size=DEFAULT_RANK_POOL_SIZE)  # what they scheduled
+    # what they scheduled: a pool of 32 and the remaining strategy, their default
+    before = _dataset(many_episodes, streaming_episode_pool_size=DEFAULT_RANK_POOL_SIZE, streaming_sampling_strategy="remaining")
     full = [key for batch in streaming_dataloader(before, BATCH, 0) for key in _keys(batch)]
     identity = {key: value for key, value in _dataset(many_episodes).identity.items() if key != RANK_POOL}
+    identity[SAMPLING_STRATEGY] = "remaining"
 
     resumed = _dataset(many_episodes)
     resumed.resume_from_step(steps, BATCH, num_workers=0, identity=identity)

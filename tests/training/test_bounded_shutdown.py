@@ -5,26 +5,25 @@ what a stop signal needs (``lerobot-nodes stream`` on SIGTERM/SIGINT), where tor
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 
 import torch
 
 from lerobot_nodes.dataset import StreamingLeRobotDataset
 from lerobot_nodes.loader import shutdown_dataloader, streaming_dataloader
 
-SAMPLES_BEFORE_HANGING = 9
-"""A worker's sample count at which :class:`HangInWorker` stops returning (after the first batch)."""
-
 
 class HangInWorker:
-    """An image transform that never returns from the ``SAMPLES_BEFORE_HANGING``-th sample of a worker on."""
+    """An image transform that never returns once the file ``hang_when`` exists (the test makes it after its
+    first batch: the workers then hang in the samples they prefetch, whatever order they assemble them in)."""
 
-    def __init__(self) -> None:
-        self.calls = 0
+    def __init__(self, hang_when: Path) -> None:
+        self.hang_when = str(hang_when)
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        if self.calls >= SAMPLES_BEFORE_HANGING * 2:  # two cameras per sample
+        if os.path.exists(self.hang_when):
             time.sleep(600)
         return image
 
@@ -37,16 +36,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_workers_stuck_in_a_sample_are_terminated_within_the_bound(small_dataset, caplog):
+def test_workers_stuck_in_a_sample_are_terminated_within_the_bound(small_dataset, caplog, tmp_path):
+    hang_when = tmp_path / "hang"
     dataset = StreamingLeRobotDataset(
         root=small_dataset,
         delta_timestamps={"observation.images.top": [0.0]},
-        image_transforms=HangInWorker(),
+        image_transforms=HangInWorker(hang_when),
         return_uint8=True,
     )
     loader = streaming_dataloader(dataset, batch_size=4, num_workers=2)
     batches = iter(loader)
-    first = next(batches)  # then each worker goes on prefetching, into the sample that hangs
+    first = next(batches)  # then each worker goes on prefetching, into a sample that hangs
+    hang_when.touch()
     assert first["observation.images.top"].shape[0] == 4
     pids = [worker.pid for worker in batches._workers]  # type: ignore[attr-defined]
     time.sleep(1.0)

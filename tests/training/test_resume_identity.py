@@ -66,9 +66,9 @@ def test_another_episode_selection_is_refused_not_a_key_error(small_dataset):
 
 def test_another_schedule_is_refused(small_dataset):
     state, _ = _state_after(small_dataset)
-    round_robin = StreamingConfig(streaming_episode_pool_size=2, streaming_sampling_strategy="round_robin")
-    with pytest.raises(ConfigError, match=r"streaming_sampling_strategy 'remaining' -> 'round_robin'"):
-        _resume(small_dataset, state, config=round_robin)
+    remaining = StreamingConfig(streaming_episode_pool_size=2, streaming_sampling_strategy="remaining")
+    with pytest.raises(ConfigError, match=r"streaming_sampling_strategy 'round_robin' -> 'remaining'"):
+        _resume(small_dataset, state, config=remaining)
     with pytest.raises(ConfigError, match=r"streaming_episode_pool_size 2 -> 3"):
         _resume(small_dataset, state, config=StreamingConfig(streaming_episode_pool_size=3))
 

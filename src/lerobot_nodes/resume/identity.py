@@ -8,6 +8,10 @@ Datasets are compared by content (a fingerprint of their metadata), never by pat
 in another folder resumes. A pinned revision (a Hub commit sha) is compared when both sides
 have one. The source address is recorded for the message only; it never holds credentials.
 
+The sampling strategy is compared, but a run that leaves ``streaming_sampling_strategy`` unset first
+adopts the checkpoint's (:func:`sampling_strategy_of`): the default changed to ``round_robin``, and
+checkpoints of the versions before resume with the ``remaining`` they were made with.
+
 The worker split (how a rank's episodes are split over its DataLoader workers) is recorded
 too, but adopted rather than compared: a resumed run keeps splitting as its checkpoint did, and
 a state without it was written before the contiguous split existed, so it resumes with the
@@ -49,6 +53,8 @@ RANK_POOL = "rank_pool"
 absent in the identities of the versions before the batch-sized pool (``ScheduleStart.rank_pool`` None)."""
 BATCHES_ACROSS_WORKERS = "batches_across_workers"
 SKIPPED = "skipped_episodes"
+SAMPLING_STRATEGY = "sampling_strategy"
+"""Compared, but adopted first when this run leaves ``streaming_sampling_strategy`` unset (:func:`sampling_strategy_of`)."""
 NONE_SKIPPED = "none"
 WEIGHTS = "weights"
 """A weighted mixture's normalised ``--dataset.streaming_weights``: recorded only when set (the identities
@@ -59,7 +65,7 @@ COMPARED: dict[str, str] = {
     "features": "features (hash of the names)",
     "episode_lengths": "episode lengths (hash of every episode's length)",
     "episodes": "episode selection",
-    "sampling_strategy": "--dataset.streaming_sampling_strategy",
+    SAMPLING_STRATEGY: "--dataset.streaming_sampling_strategy",
     "episode_pool_size": "--dataset.streaming_episode_pool_size",
     "byte_budget_gb": "--dataset.streaming_byte_budget_gb",
     "gop_runs": "--dataset.streaming_gop_runs",
@@ -111,7 +117,7 @@ def dataset_identity(
         "features": short_hash(sorted(meta.features)),
         "episode_lengths": short_hash([int(n) for n in meta.episodes.length]),
         "episodes": f"{len(selected)} episodes #{short_hash(selected)}",
-        "sampling_strategy": config.streaming_sampling_strategy,
+        SAMPLING_STRATEGY: config.sampling_strategy,
         "episode_pool_size": config.streaming_episode_pool_size,
         "byte_budget_gb": config.streaming_byte_budget_gb,
         "gop_runs": config.streaming_gop_runs,
@@ -119,6 +125,13 @@ def dataset_identity(
         BATCHES_ACROSS_WORKERS: config.streaming_batches_across_workers,
         **({} if rank_pool is None else {RANK_POOL: int(rank_pool)}),
     }
+
+
+def sampling_strategy_of(identity: Mapping[str, Any] | None) -> str | None:
+    """The sampling strategy a run with this identity used (every version records it), or None without one."""
+    if identity is None or identity.get(SAMPLING_STRATEGY) is None:
+        return None
+    return str(identity[SAMPLING_STRATEGY])
 
 
 def worker_split_of(identity: Mapping[str, Any] | None) -> str:
