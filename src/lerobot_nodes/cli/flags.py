@@ -114,8 +114,8 @@ _STREAMING_DEFAULT_TEXT = {
     "video_decoder_cache_size": "null (pool x cameras per worker)",
     "streaming_index_concurrency": "null (streaming_native_http_connections if set, else 4 files for a local "
     "folder, 32 for a remote store)",
-    "streaming_sampling_strategy": "round_robin (a resumed run: its checkpoint's; remaining: weight by remaining "
-    "frames, the default before)",
+    "streaming_sampling_strategy": "null (round_robin for a new run, a resumed run its checkpoint's; remaining: "
+    "weight by remaining frames, the default before)",
     "streaming_bad_episodes": "raise (stop at the first missing or inconsistent file; skip: leave out the episodes "
     "whose files are missing, damaged or contradict the metadata, as `inspect` finds them)",
 }
