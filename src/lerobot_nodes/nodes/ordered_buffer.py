@@ -23,8 +23,7 @@ from typing import Any
 from torchdata.nodes import BaseNode
 
 from ..errors import GraphFailedError
-from .decode_mapper import MaybeBadSample, PendingSample
-from .pool_sampler import ScheduleItem
+from .decode_mapper import DecodedSample, PendingSample
 
 
 @dataclass
@@ -34,11 +33,8 @@ class _Slot:
     error: BaseException | None = None
 
 
-class OrderedBuffer(BaseNode[MaybeBadSample]):
+class OrderedBuffer(BaseNode[DecodedSample]):
     """Returns samples in schedule order with at most ``max_ahead`` pending at once.
-
-    ``last_item`` is the schedule item of the sample returned last (what the nodes after it
-    know a sample by without reading its columns).
 
     Errors: an error of any stage is raised at its place in the order (earlier samples are
     returned first). After that, every ``next()`` raises :class:`GraphFailedError` naming the
@@ -65,7 +61,6 @@ class OrderedBuffer(BaseNode[MaybeBadSample]):
         self._pulled = 0  # samples pulled from the source since the last reset
         self._exhausted = False
         self._failure: BaseException | None = None
-        self.last_item: ScheduleItem | None = None
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -73,7 +68,6 @@ class OrderedBuffer(BaseNode[MaybeBadSample]):
         self._exhausted = False
         self._failure = None
         self._pulled = 0
-        self.last_item = None
         if initial_state is not None:
             self.source.reset(initial_state[self.SOURCE_KEY])
             self._snapshot = initial_state[self.SOURCE_KEY]
@@ -84,7 +78,7 @@ class OrderedBuffer(BaseNode[MaybeBadSample]):
             self._num_yielded = 0
         self._snapshot_at = self._num_yielded
 
-    def next(self) -> MaybeBadSample:
+    def next(self) -> DecodedSample:
         if self._failure is not None:
             raise GraphFailedError(
                 f"the streaming graph stopped after an error ({type(self._failure).__name__}: {self._failure}); "
@@ -104,7 +98,6 @@ class OrderedBuffer(BaseNode[MaybeBadSample]):
             self._cancel_pending()
             raise
         self._num_yielded += 1
-        self.last_item = slot.pending.item
         if slot.snapshot is not None:
             self._snapshot = slot.snapshot
             self._snapshot_at = self._num_yielded
