@@ -9,7 +9,6 @@ published sidecar the open reads no MP4 byte at all.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import huggingface_hub.constants
@@ -70,24 +69,21 @@ def test_remote_files_are_indexed_many_at_once_reading_the_moov_only(hub: Loopba
     hub.clear_records()
     hub.latency_s = LATENCY_S
     requests_before = source.stats.requests
-    started = time.perf_counter()
     _, report = SidecarCache().open(source, paths)
-    seconds = time.perf_counter() - started
     assert report.built == sorted(paths)
     assert peak >= 32  # files in flight, not 4
+    # Seen from the server too: requests waiting out the latency at once (4 files at once: at most 4).
+    assert hub.peak_answering >= 16, hub.peak_answering
     assert source.stats.requests - requests_before <= 2 * FILES  # head window + moov at most, no HEAD
-    # Two round trips per file at 50 ms, 32 files at once: ~0.6 s of latency (4 at once: ~5 s).
-    assert seconds < 4.0, seconds
 
 
 def test_dataset_open_indexes_over_the_hub_concurrently(hub: LoopbackHub) -> None:
     hub.latency_s = LATENCY_S
-    started = time.perf_counter()
+    hub.clear_records()
     dataset = StreamingLeRobotDataset(repo_id=DATASET)
-    seconds = time.perf_counter() - started
     assert len(dataset._indexes or {}) == FILES
-    # Listing, metadata and 192 files of two reads each (each read: the Hub's 302, then the CDN).
-    assert seconds < 10.0, seconds
+    # The 192 files' reads (each the Hub's 302, then the CDN) overlap: far more than the 4 of a local build.
+    assert hub.peak_answering >= 16, hub.peak_answering
     assert int(next(iter(dataset))["episode_index"]) in dataset.episodes
     dataset.close()
 

@@ -256,6 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.origin, self.command, raw_path, query, 0, range_header, 0, authorization, None, None
         )
         recorded = False
+        servers._arrived()
         try:
             request = Request(
                 self.command,
@@ -299,6 +300,7 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             if not recorded:
                 servers._record(record)
+            servers._left()
 
     def _route(self, request: Request) -> Response:
         try:
@@ -446,6 +448,10 @@ class LoopbackServers:
         self.stall_s = stall_s
         self.records: list[RequestRecord] = []
         self._records_lock = threading.Lock()
+        self._answering = 0
+        self.peak_answering = 0
+        """The most requests answered at once (arrived, answer not yet written) since the last
+        :meth:`clear_records`: how many a client keeps in flight, seen from the server."""
         self._faults_lock = threading.Lock()
         self._range_reads = 0
         self._faults_injected = 0
@@ -520,6 +526,7 @@ class LoopbackServers:
     def clear_records(self) -> None:
         with self._records_lock:
             self.records.clear()
+            self.peak_answering = self._answering
 
     def range_reads(self) -> list[RequestRecord]:
         """Requests that carried a Range header, on every origin."""
@@ -538,6 +545,15 @@ class LoopbackServers:
     def _record(self, record: RequestRecord) -> None:
         with self._records_lock:
             self.records.append(record)
+
+    def _arrived(self) -> None:
+        with self._records_lock:
+            self._answering += 1
+            self.peak_answering = max(self.peak_answering, self._answering)
+
+    def _left(self) -> None:
+        with self._records_lock:
+            self._answering -= 1
 
     def _pause(self, seconds: float) -> None:
         if seconds > 0:
