@@ -159,8 +159,12 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     (``dataset_doctor.open_checked``) and leaves the bad ones out of its schedule after the rank
     split, before the worker split (the other ranks' episodes do not change); :attr:`skipped`
     holds them by kind, the metrics report lists them, the resume identity records them. Every
-    other selected frame is still yielded exactly once per epoch. Errors found while decoding
-    mid-epoch still stop the epoch (``skip`` covers what the open finds).
+    other selected frame is still yielded exactly once per epoch. An episode whose video fails to
+    decode mid-epoch (:class:`VideoDecodeError`) is skipped from that sample on: its samples
+    delivered before stay delivered, the failing one and every later one (this epoch and the next)
+    are dropped, it is logged once and counted in the metrics report, and the reader's state holds it
+    (``nodes.bad_episode_filter``), so a resume from a loader state drops the same samples. The
+    schedule itself does not change, so every other frame is still yielded once, in the same order.
 
     ``batch_size``: iterating yields whole batches collated in the reader (a DataLoader worker:
     one shared-memory segment per batch) instead of samples; use it with ``batch_size=None``
@@ -288,6 +292,9 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.counters = WorkerCounters(MAX_METRIC_ROWS)
         self.metrics = StreamingMetrics(self.counters)
         self.metrics.set_skipped(self.skipped.lines())
+        self.found_bad: set[int] = set()
+        """The episodes this reader found bad while decoding (``skip``): its graphs drop their samples
+        from the failing one on; a checkpoint's worker state holds them (``nodes.bad_episode_filter``)."""
         self._graph: StreamingGraph | None = None
         self._graph_key: tuple[int, int, WorkerStart | None, int | None, int, int | None] | None = None
         # Where the next iter() starts after a resume (lerobot_nodes.resume.orchestrator).
@@ -489,7 +496,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 batches_in_flight=self.batches_in_flight,
             ),
             services=GraphServices(
-                opened_indexes=self._indexes, metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS)
+                opened_indexes=self._indexes, metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS),
+                found_bad=self.found_bad,
             ),
         )
 

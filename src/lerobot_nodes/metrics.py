@@ -78,6 +78,11 @@ SPELLED_OUT_DATASETS = 8
 
 T = TypeVar("T")
 
+BAD_EPISODES_FOUND = "bad_episodes_found"
+"""A worker's episodes found bad while decoding (``streaming_bad_episodes=skip``; ``nodes.bad_episode_filter``)."""
+BAD_SAMPLES_DROPPED = "bad_samples_dropped"
+"""Samples a worker dropped because their episode was found bad while decoding (the failing ones included)."""
+
 GAUGE_NAMES = (
     "reserved_bytes",
     "resident_bytes",
@@ -99,6 +104,7 @@ GAUGE_NAMES = (
     "peak_decoded_frames",
     "decoded_budget_bytes",
     "gop_frames",
+    BAD_EPISODES_FOUND,
 )
 """Per-worker gauges (set, not added): reserved/resident bytes, the budget, the HTTP request and
 retry totals of the worker's remote source and its requests by the Hub's rate-limit classes (``hub_api_requests``:
@@ -107,7 +113,8 @@ retry totals of the worker's remote source and its requests by the Hub's rate-li
 bytes served from disk and stored, blocks evicted; lerobot_nodes.sources.range_cache), and the decoded frames its video decoders keep
 (bytes and frames now, their peaks, and the decoded-frame budget); ``gop_frames``: the GOP size of
 the worker's video (frames between key frames, the median over its first clip), read as the maximum
-over workers, not the sum."""
+over workers, not the sum; ``bad_episodes_found``: the worker's episodes found bad while decoding (each
+episode is one worker's, so the sum is the rank's)."""
 
 COUNTER_NAMES = (
     "samples",
@@ -122,6 +129,7 @@ COUNTER_NAMES = (
     "episodes_fetched",
     "batch_segments_created",
     "batch_segments_reused",
+    BAD_SAMPLES_DROPPED,
     *GAUGE_NAMES,
 )
 """Per-worker counters: sums, then the gauges. ``batch_segments_*``: the shared-memory camera
@@ -292,6 +300,21 @@ class MetricsReport:
     """The mixture's dataset names, in ``dataset_index`` order (what the report labels its counts with)."""
     skipped_episodes: tuple[str, ...] = ()
     """The episodes this rank left out as bad (``streaming_bad_episodes=skip``), one line per kind."""
+    bad_episodes_found: int = 0
+    """Episodes found bad while decoding (``skip``), from their failing sample on (the log names each)."""
+    bad_samples_dropped: int = 0
+    """Samples of those episodes dropped (the failing ones and every later one)."""
+
+    def skipped_lines(self) -> list[str]:
+        """The skipped episodes, one line per kind: those left out at open, then those found while decoding."""
+        lines = list(self.skipped_episodes)
+        if self.bad_episodes_found:
+            lines.append(
+                f"found while decoding: {self.bad_episodes_found} episode{'s' if self.bad_episodes_found != 1 else ''}, "
+                f"{self.bad_samples_dropped} sample{'s' if self.bad_samples_dropped != 1 else ''} dropped "
+                "(the log names each episode, file and frame)"
+            )
+        return lines
 
     def dataset_counts(self, limit: int = SPELLED_OUT_DATASETS) -> str:
         """The samples per dataset in words: each dataset's count up to ``limit`` datasets, else the
@@ -340,7 +363,7 @@ class MetricsReport:
             )
             + (f" | {self.mixing.line()}" if self.mixing.batches else "")
             + (f" | samples per dataset: {self.dataset_counts()}" if self.samples_per_dataset else "")
-            + (f" | skipped as bad: {'; '.join(self.skipped_episodes)}" if self.skipped_episodes else "")
+            + (f" | skipped as bad: {'; '.join(self.skipped_lines())}" if self.skipped_lines() else "")
         )
 
     def table(self) -> str:
@@ -375,7 +398,7 @@ class MetricsReport:
             ("disk cache blocks evicted", self.disk_cache_evictions),
             *self.mixing.rows(),
             *self._dataset_rows(),
-            *(("skipped as bad", line) for line in self.skipped_episodes),
+            *(("skipped as bad", line) for line in self.skipped_lines()),
         ]
         width = max(len(str(name)) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
@@ -535,4 +558,6 @@ class StreamingMetrics:
             samples_per_dataset=tuple(int(count) for count in self.samples_per_dataset),
             dataset_names=self.dataset_names,
             skipped_episodes=self.skipped_episodes,
+            bad_episodes_found=int(totals[BAD_EPISODES_FOUND]),
+            bad_samples_dropped=int(totals[BAD_SAMPLES_DROPPED]),
         )

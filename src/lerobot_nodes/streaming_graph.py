@@ -3,7 +3,9 @@
 ::
 
     RankWorkerSharder -> EpisodePoolSampler -> BytePrefetcher -> DecodeMapper -> OrderedBuffer
-        [-> SampleBatcher -> HeapTrimmer]
+        [-> BadEpisodeFilter] [-> SampleBatcher -> HeapTrimmer]
+
+(the filter with ``streaming_bad_episodes=skip`` only: graphs of ``raise`` keep their state layout).
 
 :func:`build_streaming_graph` takes plain values only: source, metadata and selected episodes,
 then a few grouped options (which reader, where its schedule starts, what a sample holds, how
@@ -24,7 +26,7 @@ from torchdata.nodes import BaseNode, Mapper
 
 from .batch_memory.batch_slots import BatchSlots
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, IN_PROCESS_KEEP, RecycledStorages
-from .config import BYTES_PER_MB, DEFAULT_RANK_POOL_SIZE, StreamingConfig, resolve_seed
+from .config import BAD_EPISODES_SKIP, BYTES_PER_MB, DEFAULT_RANK_POOL_SIZE, StreamingConfig, resolve_seed
 from .errors import ConfigError
 from .fetch.byte_cache import ByteBudget, EpisodeByteCache
 from .fetch.episode_fetch import VideoIndexProvider
@@ -35,6 +37,7 @@ from .format.mixture import MixtureMeta
 from .metrics import MetricsSink, NullMetrics
 from .mp4.decode import DEFAULT_FRAME_CACHE_SIZE, REORDER_FRAMES
 from .mp4.index import VideoIndex
+from .nodes.bad_episode_filter import BadEpisodeFilter
 from .nodes.batcher import SampleBatcher
 from .nodes.decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, apply_image_transforms
 from .nodes.heap_trimmer import HeapTrimmer
@@ -62,6 +65,7 @@ class StreamingGraph:
     buffer: OrderedBuffer
     fetcher: AnyEpisodeFetcher
     batcher: SampleBatcher | None = None
+    bad_filter: BadEpisodeFilter | None = None
 
     @property
     def cache(self) -> EpisodeByteCache:
@@ -86,20 +90,24 @@ class StreamingGraph:
     def state_from_sampler(self, sampler_state: dict[str, Any], num_samples: int) -> dict[str, Any]:
         """The ``root`` state that continues from ``sampler_state`` after ``num_samples`` delivered samples.
 
-        The sampler state is all a position needs: the nodes after it hold no schedule.
+        The sampler state is all a position needs: the nodes after it hold no schedule. The bad
+        episode filter's set is the one this process knows (found while decoding before: a step
+        resume's schedule position cannot tell which episodes failed before it).
         """
-        buffer_state = {
+        state: dict[str, Any] = {
             OrderedBuffer.SOURCE_KEY: {
                 DecodeMapper.SOURCE_KEY: {BytePrefetcher.SOURCE_KEY: sampler_state},
             },
             OrderedBuffer.NUM_YIELDED_KEY: num_samples,
         }
+        if self.bad_filter is not None:
+            state = {BadEpisodeFilter.SOURCE_KEY: state, BadEpisodeFilter.BAD_KEY: sorted(self.bad_filter.bad)}
         # The batcher's state is its source's (at a batch boundary).
         below_batcher = self.batcher.source if self.batcher is not None else self.root
-        if below_batcher is self.buffer:
-            return buffer_state
+        if below_batcher is self.buffer or below_batcher is self.bad_filter:
+            return state
         # torchdata's inline Mapper nests its source state this way (0.11).
-        return {"it_state": {"source": buffer_state}}
+        return {"it_state": {"source": state}}
 
     def close(self) -> None:
         """Join every thread of the graph and drop its payloads."""
@@ -293,12 +301,15 @@ class BatchOptions:
 class GraphServices:
     """What the graph takes from outside instead of making it: MP4 indexes (``index_provider``, default
     the sidecar or per-file indexes, serving ``opened_indexes``, opened by this process already, as
-    they are), clip decoders (``decoder_factory``) and where nodes count (``metrics``)."""
+    they are), clip decoders (``decoder_factory``) and where nodes count (``metrics``). ``found_bad``:
+    with ``streaming_bad_episodes=skip``, the set of episodes found bad while decoding that the graph
+    adds to (the dataset's, so a graph rebuilt in the same process keeps them; None: the graph's own)."""
 
     index_provider: VideoIndexProvider | None = None
     opened_indexes: Mapping[str, VideoIndex] | None = None
     decoder_factory: ClipDecoderFactory | None = None
     metrics: MetricsSink | None = None
+    found_bad: set[int] | None = None
 
 
 def schedule_sharder(
@@ -462,6 +473,8 @@ def build_streaming_graph(
     )
     image_transforms = samples.image_transforms
     in_batch = batches is not None and image_transforms is None
+    skip_bad = config.streaming_bad_episodes == BAD_EPISODES_SKIP
+    found_bad = (services.found_bad if services.found_bad is not None else set()) if skip_bad else None
     slots, recycled = None, None
     if batches is not None and in_batch:
         slots, recycled = _batch_slots(batches, spec, meta, fetcher, samples.return_uint8, metrics)
@@ -480,13 +493,18 @@ def build_streaming_graph(
         slots=slots,
         camera_window_frames=spec.camera_window_frames(),
         decoders_per_clip=sampler.open_runs,
+        skip_bad=found_bad,
     )
     # Behind a batcher the state is asked at batch boundaries only: snapshot there, not per sample.
-    snapshot_every = batches.batch_size if batches is not None else 1
+    # Dropped samples move the batch boundaries off the buffer's count: then a snapshot per sample.
+    snapshot_every = batches.batch_size if batches is not None and found_bad is None else 1
     buffer = OrderedBuffer(decoder, max_ahead=config.streaming_decoded_queue_size, snapshot_every=snapshot_every)
-    root: BaseNode[dict[str, Any]] = buffer
+    root: BaseNode[Any] = buffer
+    bad_filter = None
+    if found_bad is not None:
+        root = bad_filter = BadEpisodeFilter(buffer, found_bad, owned=sharder.episodes, metrics=metrics)
     if samples.transforms_on_consumer and image_transforms is not None:
-        root = Mapper(buffer, apply_image_transforms(spec, image_transforms))
+        root = Mapper(root, apply_image_transforms(spec, image_transforms))
     batcher = None
     if batches is not None:
         root = batcher = SampleBatcher(root, batches.batch_size, shared_memory=batches.shared_memory, recycled=recycled)
@@ -501,6 +519,7 @@ def build_streaming_graph(
         buffer=buffer,
         fetcher=fetcher,
         batcher=batcher,
+        bad_filter=bad_filter,
     )
 
 

@@ -23,42 +23,12 @@ from lerobot_nodes.mp4 import ClipDecoder, VideoIndex, materialize_clip, read_in
 from lerobot_nodes.mp4.file_video import FileVideoDecoder, h264_keys_are_idr
 from lerobot_nodes.mp4.plan import plan_clip
 from lerobot_nodes.sources import LocalSource
+from lerobot_nodes.testing.damage import DAMAGE_AT, DAMAGE_BYTES, picture_data
 
 from .conftest import MultiEpisodeFile
 from .mp4_media import decoded_frames
 
 DAMAGED_EPISODE = 2
-DAMAGE_BYTES = 16
-DAMAGE_AT = 2
-"""Bytes into the frame's picture data where the damage starts: its first H.264 slice NAL unit
-(past the length prefix; x264's SEI ahead of it is not picture data) or AV1 frame OBU payload."""
-
-
-def _picture_data(sample: bytes, codec: str, config: bytes) -> int:
-    """Offset in ``sample`` of its first slice NAL unit's payload (H.264) or frame OBU's (AV1)."""
-    position = 0
-    while position < len(sample):
-        if codec == "h264":
-            length_size = (config[4] & 3) + 1
-            size = int.from_bytes(sample[position : position + length_size], "big")
-            if 1 <= sample[position + length_size] & 0x1F <= 5:
-                return position + length_size
-            position += length_size + size
-        else:
-            header = sample[position]
-            payload = position + 1 + (1 if header & 4 else 0)
-            size, shift = 0, 0
-            while True:  # leb128 obu_size (FFmpeg's muxer always writes it)
-                byte = sample[payload]
-                payload += 1
-                size |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    break
-            if (header >> 3) & 0xF in (3, 6):  # OBU_FRAME_HEADER, OBU_FRAME
-                return payload
-            position = payload + size
-    raise AssertionError("no picture data in the sample")
 
 
 def _episode_samples(index: VideoIndex, span: tuple[float, float]) -> np.ndarray:
@@ -80,7 +50,7 @@ def _damage(file: MultiEpisodeFile, target: Path, key_frame: bool, seed: int) ->
     for s in samples:
         if bool(index.keyframes[s]) == key_frame:
             offset, size = int(index.offsets[s]), int(index.sizes[s])
-            start = offset + _picture_data(bytes(data[offset : offset + size]), index.codec, index.codec_config)
+            start = offset + picture_data(bytes(data[offset : offset + size]), index.codec, index.codec_config)
             if start + DAMAGE_AT + DAMAGE_BYTES <= offset + size:  # inside the sample's data
                 starts[int(s)] = start + DAMAGE_AT
     sample = sorted(starts)[int(rng.integers(len(starts)))]

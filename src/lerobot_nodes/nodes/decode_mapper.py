@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -54,8 +54,29 @@ class ClipDecoderLike(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class BadSample:
+    """A schedule item whose episode is bad (``streaming_bad_episodes=skip``): its decode raised
+    ``reason`` (:class:`VideoDecodeError`, with the notes naming episode and frame), or ``reason`` is
+    None because the episode was already known bad and the item was not decoded.
+    :class:`~lerobot_nodes.nodes.bad_episode_filter.BadEpisodeFilter` drops it."""
+
+    episode: int
+    frame: int
+    reason: str | None = None
+
+
 DecodedSample = dict[str, Any] | PartialSample
 """What a decode thread makes of a schedule item: the whole sample, or its cameras with the rows deferred."""
+
+MaybeBadSample = DecodedSample | BadSample
+"""A decode thread's result when bad episodes are skipped: a sample, or the mark of a bad one."""
+
+
+def error_text(exc: BaseException) -> str:
+    """``exc``'s message and its notes (episode, frame, hints) on one line."""
+    parts = [str(exc), *getattr(exc, "__notes__", ())]
+    return "; ".join(part.strip() for part in parts if part.strip())
 
 ClipDecoderFactory = Callable[[Clip], ClipDecoderLike]
 """``clip -> decoder``: the clip's bytes are ``clip.data``, its sample layout ``clip.layout``."""
@@ -326,11 +347,11 @@ class PendingSample:
 
     __slots__ = ("item", "future")
 
-    def __init__(self, item: ScheduleItem, future: Future[DecodedSample]) -> None:
+    def __init__(self, item: ScheduleItem, future: Future[MaybeBadSample]) -> None:
         self.item = item
         self.future = future
 
-    def result(self) -> DecodedSample:
+    def result(self) -> MaybeBadSample:
         return self.future.result()
 
     def cancel(self) -> None:
@@ -355,7 +376,12 @@ class DecodeMapper(BaseNode[PendingSample]):
     camera) keeps up to that many decoders, one per open run, or one reading ahead on AV1 with
     GOPs of at most 2 frames (:class:`DecoderLRU`).
     Errors keep their type (e.g. ``FrameTimestampError``) and gain a note naming the episode
-    and frame. State: the source state after the last submitted task. ``reset`` and
+    and frame. With ``skip_bad`` (``streaming_bad_episodes=skip``: the episodes known bad, a set
+    the :class:`~lerobot_nodes.nodes.bad_episode_filter.BadEpisodeFilter` after the ordered buffer
+    fills on the consumer thread, which also calls :meth:`next`), a :class:`VideoDecodeError`
+    makes the sample a :class:`BadSample` instead of raising, and a task of an episode already in
+    ``skip_bad`` is not decoded (nor given a place in a batch): it is a :class:`BadSample` at once.
+    State: the source state after the last submitted task. ``reset`` and
     ``close`` cancel payload waits and join the threads before touching the source.
     """
 
@@ -375,6 +401,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         slots: BatchSlots | None = None,
         camera_window_frames: int | None = None,
         decoders_per_clip: int = 1,
+        skip_bad: Container[int] | None = None,
     ) -> None:
         super().__init__()
         if num_threads < 1:
@@ -394,6 +421,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         self.decode_error_hint = decode_error_hint
         # Where each sample's camera frames go when batches are assembled in place (else None).
         self.slots = slots
+        self.skip_bad = skip_bad
         self._executor: ThreadPoolExecutor | None = None
         self._cancelled = threading.Event()
         self._gop_reported = False
@@ -408,6 +436,8 @@ class DecodeMapper(BaseNode[PendingSample]):
 
     def next(self) -> PendingSample:
         task = next(self.source)
+        if self.skip_bad is not None and task.episode in self.skip_bad:
+            return self._known_bad(task)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=self.num_threads, thread_name_prefix="lerobot-nodes-decode")
         destination = self.slots.next_slot(task.episode) if self.slots is not None else None
@@ -416,6 +446,16 @@ class DecodeMapper(BaseNode[PendingSample]):
 
     def get_state(self) -> dict[str, Any]:
         return {self.SOURCE_KEY: self.source.state_dict()}
+
+    def _known_bad(self, task: SampleTask) -> PendingSample:
+        """The mark of a task whose episode is known bad: no decode, the episode's bytes released."""
+        item = task.item
+        task.done()
+        if item.last_of_episode:
+            self.decoders.retire(item.episode)
+        future: Future[MaybeBadSample] = Future()
+        future.set_result(BadSample(item.episode, item.frame))
+        return PendingSample(item, future)
 
     def close(self) -> None:
         """Join the decode threads, close every decoder, then close the source."""
@@ -443,7 +483,7 @@ class DecodeMapper(BaseNode[PendingSample]):
 
     def _run(
         self, task: SampleTask, cancelled: threading.Event, destination: Mapping[str, BatchPlace] | None = None
-    ) -> DecodedSample:
+    ) -> MaybeBadSample:
         item = task.item
         try:
             # A fetch error is shared by every sample of its episode and already names the
@@ -467,6 +507,10 @@ class DecodeMapper(BaseNode[PendingSample]):
                 add_context(exc, f"while assembling episode {item.episode}, frame {item.frame} (schedule item {item.seq})")
                 if isinstance(exc, VideoDecodeError) and self.decode_error_hint is not None:
                     add_context(exc, self.decode_error_hint())
+                if self.skip_bad is not None and isinstance(exc, VideoDecodeError):
+                    # Its decoders may hold a broken codec state: the episode's later samples are dropped anyway.
+                    self.decoders.retire(item.episode)
+                    return BadSample(item.episode, item.frame, error_text(exc))
                 raise
             if assembled.frames_delivered:
                 budget = self.frame_budget

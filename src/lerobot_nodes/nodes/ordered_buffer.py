@@ -23,7 +23,8 @@ from typing import Any
 from torchdata.nodes import BaseNode
 
 from ..errors import GraphFailedError
-from .decode_mapper import DecodedSample, PendingSample
+from .decode_mapper import MaybeBadSample, PendingSample
+from .pool_sampler import ScheduleItem
 
 
 @dataclass
@@ -33,8 +34,11 @@ class _Slot:
     error: BaseException | None = None
 
 
-class OrderedBuffer(BaseNode[DecodedSample]):
+class OrderedBuffer(BaseNode[MaybeBadSample]):
     """Returns samples in schedule order with at most ``max_ahead`` pending at once.
+
+    ``last_item`` is the schedule item of the sample returned last (what the nodes after it
+    know a sample by without reading its columns).
 
     Errors: an error of any stage is raised at its place in the order (earlier samples are
     returned first). After that, every ``next()`` raises :class:`GraphFailedError` naming the
@@ -61,6 +65,7 @@ class OrderedBuffer(BaseNode[DecodedSample]):
         self._pulled = 0  # samples pulled from the source since the last reset
         self._exhausted = False
         self._failure: BaseException | None = None
+        self.last_item: ScheduleItem | None = None
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -68,6 +73,7 @@ class OrderedBuffer(BaseNode[DecodedSample]):
         self._exhausted = False
         self._failure = None
         self._pulled = 0
+        self.last_item = None
         if initial_state is not None:
             self.source.reset(initial_state[self.SOURCE_KEY])
             self._snapshot = initial_state[self.SOURCE_KEY]
@@ -78,7 +84,7 @@ class OrderedBuffer(BaseNode[DecodedSample]):
             self._num_yielded = 0
         self._snapshot_at = self._num_yielded
 
-    def next(self) -> DecodedSample:
+    def next(self) -> MaybeBadSample:
         if self._failure is not None:
             raise GraphFailedError(
                 f"the streaming graph stopped after an error ({type(self._failure).__name__}: {self._failure}); "
@@ -98,6 +104,7 @@ class OrderedBuffer(BaseNode[DecodedSample]):
             self._cancel_pending()
             raise
         self._num_yielded += 1
+        self.last_item = slot.pending.item
         if slot.snapshot is not None:
             self._snapshot = slot.snapshot
             self._snapshot_at = self._num_yielded
