@@ -24,9 +24,10 @@ import pytest
 
 from lerobot_nodes.config import StreamingConfig
 from lerobot_nodes.dataset import StreamingLeRobotDataset
-from lerobot_nodes.errors import VideoDecodeError
+from lerobot_nodes.errors import ConfigError, VideoDecodeError
 from lerobot_nodes.loader import shutdown_dataloader, streaming_dataloader
 from lerobot_nodes.nodes.bad_episode_filter import BadEpisodeFilter
+from lerobot_nodes.resume.identity import FOUND_BAD
 from lerobot_nodes.testing import write_dataset
 from lerobot_nodes.testing.damage import damage_frame
 
@@ -57,8 +58,21 @@ def damaged(pristine: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     return root, mp4
 
 
+OPENED: list[StreamingLeRobotDataset] = []
+
+
+@pytest.fixture(autouse=True)
+def close_datasets() -> Iterator[None]:
+    """Without workers a dataset's graph (its fetch and decode threads) lives in this process until closed."""
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
 def dataset(root: Path, config: StreamingConfig = SKIP) -> StreamingLeRobotDataset:
-    return StreamingLeRobotDataset(root=root, config=config, seed=SEED, return_uint8=True)
+    opened = StreamingLeRobotDataset(root=root, config=config, seed=SEED, return_uint8=True)
+    OPENED.append(opened)
+    return opened
 
 
 def pairs(batch: dict[str, Any]) -> list[Pair]:
@@ -201,3 +215,25 @@ def test_a_loader_state_after_the_skip_resumes_without_its_samples(
     assert head + tail == reference
     assert not found_records(caplog)  # known from the state: not found again, not logged again
     assert len(of_episode(reference, DAMAGED)) < LENGTHS[DAMAGED]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_step_resume_past_an_episode_found_bad_is_refused(damaged: tuple[Path, str], num_workers: int) -> None:
+    root, _ = damaged
+    chosen = dataset(root)
+    loader = streaming_dataloader(chosen, BATCH, num_workers)
+    steps = 0
+    for _ in loader:
+        steps += 1
+        if chosen.metrics.report().bad_episodes_found:
+            break
+    identity = chosen.checkpoint_identity()
+    shutdown_dataloader(loader)
+    assert identity[FOUND_BAD] == 1
+    # A step offset counts delivered samples; the reader had dropped more: refused with one line.
+    with pytest.raises(ConfigError, match="cannot resume by step offset: the checkpointed run skipped 1 episode found"):
+        dataset(root).resume_from_step(steps, BATCH, num_workers, identity=identity)
+    # A run that found none records nothing and resumes by step as before.
+    clean = dataset(root)
+    assert FOUND_BAD not in clean.checkpoint_identity()
+    clean.resume_from_step(1, BATCH, num_workers, identity=clean.checkpoint_identity())

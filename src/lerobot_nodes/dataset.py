@@ -34,7 +34,7 @@ from .format.depth import DEFAULT_DEPTH_UNIT
 from .format.meta import DatasetMeta, load_meta, select_episodes
 from .format.mixture import MixtureMeta, part_prefix
 from .format.mixture_open import MixtureRequest, RootArgument, is_mixture, open_mixture
-from .metrics import StreamingMetrics, WorkerCounters, WorkerMetrics
+from .metrics import BAD_EPISODES_FOUND, StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
 from .nodes.sharder import max_workers_for_rank, rank_episodes, worker_episodes
 from .nodes.weighted_sharder import normalized_weights, weighted_max_workers, weighted_rank_episodes
@@ -44,7 +44,9 @@ from .resume.identity import (
     check_identity,
     dataset_identity,
     rank_pool_of,
+    refuse_step_resume_after_found_bad,
     sampling_strategy_of,
+    with_found_bad,
     with_rank_pool,
     with_skipped,
     with_worker_split,
@@ -352,6 +354,11 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 f"--dataset.streaming_bad_episodes=skip left rank {self.rank} no episode: all {owned} of its episodes "
                 f"are bad ({'; '.join(self.skipped.lines())}); `lerobot-nodes inspect` lists every problem"
             )
+
+    def checkpoint_identity(self) -> dict[str, Any]:
+        """:attr:`identity` as a checkpoint records it: with the count of episodes its readers found bad while
+        decoding, when any (``streaming_bad_episodes=skip``), which a step offset cannot resume past."""
+        return with_found_bad(self.identity, int(self.counters.totals()[BAD_EPISODES_FOUND]))
 
     @property
     def excluded(self) -> frozenset[int]:
@@ -667,6 +674,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         is replayed with this version's worker split and this run's ``streaming_batches_across_workers``.
         """
         if identity is not None:
+            refuse_step_resume_after_found_bad(identity)
             self._adopt_strategy_of(identity)
             check_identity(dict(identity), self.identity)
             self._adopt_schedule_of(identity)

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from lerobot_nodes.testing import write_dataset
-from lerobot_nodes.testing.damage import cut_parquet, delete_mp4, episode_files, lengthen_span
+from lerobot_nodes.testing.damage import cut_parquet, damage_frame, delete_mp4, episode_files, lengthen_span
 
 from .cli_process import assert_one_line_error, run_cli
 
 LENGTHS = [40, 50, 45, 60, 35, 55, 42, 48]
 CAMERA = "observation.images.top"
 MISSING_MP4, LONG_SPAN, CUT_PARQUET = 2, 5, 6
+DAMAGED_MID_EPOCH = 1  # 16 bytes over its frame 20's picture data: the open's checks pass, decoding fails
 BAD = {MISSING_MP4, LONG_SPAN, CUT_PARQUET}
 GOOD = [e for e in range(len(LENGTHS)) if e not in BAD]
 FULL_EPOCH_STEPS = sum(LENGTHS[e] for e in GOOD) // 4 + 1  # batches of 4 over the good episodes' frames, rounded up
@@ -118,3 +119,22 @@ def test_an_unknown_policy_is_a_usage_error(command: str) -> None:
     """``train`` checks it before LeRobot starts (here without LeRobot: the check comes first)."""
     result = run_cli(command, "--dataset.streaming_bad_episodes=ignore", "--steps=1")
     assert_one_line_error(result, 2, "--dataset.streaming_bad_episodes must be one of raise, skip, got 'ignore'")
+
+
+def test_a_step_resume_past_an_episode_found_bad_mid_epoch_is_one_line(pristine: Path, tmp_path: Path) -> None:
+    """The checkpoint records that its run dropped an episode found bad while decoding: a resume in
+    its own topology restores the loader state exactly; another batch size (a step offset) is refused."""
+    root = Path(shutil.copytree(pristine, tmp_path / "dataset"))
+    damage_frame(root, DAMAGED_MID_EPOCH, CAMERA, 20)
+    checkpoint = tmp_path / "checkpoint.pt"
+    skip = "--dataset.streaming_bad_episodes=skip"
+    first = stream(root, f"--steps={FULL_EPOCH_STEPS}", "--num_workers=0", skip, f"--save-checkpoint={checkpoint}")
+    assert first.returncode == 0, first.stderr
+    assert f"episode {DAMAGED_MID_EPOCH} is bad from frame" in first.stderr
+    same = stream(root, f"--steps={FULL_EPOCH_STEPS + 2}", "--num_workers=0", skip, f"--resume={checkpoint}", "--quiet")
+    assert same.returncode == 0, same.stderr
+    result = run_cli(
+        "stream", f"--dataset.root={root}", "--batch_size=8", "--window=none", f"--steps={FULL_EPOCH_STEPS + 2}",
+        "--num_workers=0", skip, f"--resume={checkpoint}", "--quiet",
+    )  # fmt: skip
+    assert_one_line_error(result, 2, "cannot resume by step offset: the checkpointed run skipped 1 episode found bad")

@@ -11,12 +11,13 @@ import subprocess
 
 from cli.cli_process import assert_one_line_error
 
-from lerobot_nodes.testing.damage import lengthen_span
+from lerobot_nodes.testing.damage import damage_frame, lengthen_span
 
 from .conftest import TINY_ACT, Trainer, needs_lerobot
 
 BAD_EPISODE = 7
 TOP = "observation.images.top"
+MID_EPOCH_EPISODE, MID_EPOCH_LENGTH = 2, 62
 
 
 def from_dataset_creation(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
@@ -42,3 +43,21 @@ def test_skip_trains_on_the_other_episodes_and_raise_names_the_bad_one(trainer: 
     assert f"rank 0 leaves out video span past the end of its MP4: episode {BAD_EPISODE}: " in run.output
     streamed = {episode for _, samples in run.batches() for episode, _ in samples}
     assert streamed and BAD_EPISODE not in streamed and len(run.batches()) == 12
+
+
+@needs_lerobot
+def test_skip_trains_past_an_episode_found_bad_while_decoding(trainer: Trainer):
+    """16 bytes over the picture data of episode 2's frame 10 (top camera): the open's checks pass,
+    decoding that frame fails. ``skip`` drops the episode from its failing sample on, logs it once,
+    and trains on into the next epoch without it."""
+    damage_frame(trainer.root, MID_EPOCH_EPISODE, TOP, 10)
+    run = trainer.run(
+        *trainer.dataset_flags(), *TINY_ACT, "--dataset.streaming=true", "--num_workers=0", "--save_checkpoint=false",
+        "--steps=170", "--dataset.streaming_bad_episodes=skip", f"--output_dir={trainer.tmp / 'mid-epoch'}",
+    )  # fmt: skip
+    run.check()
+    assert run.output.count(f"episode {MID_EPOCH_EPISODE} is bad from frame") == 1
+    delivered = [frame for _, samples in run.batches() for episode, frame in samples if episode == MID_EPOCH_EPISODE]
+    # 380 frames, 62 of them episode 2's, batches of 2: step 170 is in the second epoch, which has none of it.
+    assert 0 < len(delivered) < MID_EPOCH_LENGTH and len(delivered) == len(set(delivered))
+    assert len(run.batches()) == 170

@@ -537,7 +537,7 @@ class TrainingSession:
             "num_workers": self.loader.num_workers,
             "world_size": dataset.world_size,
             "seed": dataset.seed,
-            "dataset": dataset.identity,
+            "dataset": dataset.checkpoint_identity(),
             "streaming": dataset.config.as_dict(),
             RENAME_MAP_KEY: self.rename_map,  # not in LeRobot's train_config.json: a resumed mixture reads it here
             "dataloader": self.loader.state_dict(),

@@ -349,7 +349,7 @@ def _save(
         "num_workers": num_workers,
         "world_size": dataset.world_size,
         "seed": dataset.seed,
-        "dataset": dataset.identity,
+        "dataset": dataset.checkpoint_identity(),
         "dataloader": loader.state_dict(),
     }
     _atomic_save(payload, Path(path))

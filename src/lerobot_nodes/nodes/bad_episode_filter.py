@@ -13,7 +13,7 @@ state is found again by the restored run's decode, at the same sample.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, MutableSet
+from collections.abc import MutableSet
 from typing import Any
 
 from torchdata.nodes import BaseNode
@@ -36,9 +36,8 @@ class BadEpisodeFilter(BaseNode[DecodedSample]):
 
     ``bad`` is the set of episodes found bad, shared with the decode step (which stops decoding
     them, see ``DecodeMapper(skip_bad=...)``) and, through the dataset, with a graph rebuilt in the
-    same process; only this node changes it, on the consumer thread. ``owned``: this reader's
-    episodes (what the gauge counts of ``bad``). ``reset(None)`` (the next epoch) keeps it, a state
-    restores it.
+    same process; only this node changes it, on the consumer thread. ``reset(None)`` (the next
+    epoch) keeps it, a state restores it.
 
     State: ``{SOURCE_KEY: the buffer's state, BAD_KEY: the bad episodes, sorted}``. A state of the
     versions before this node (the buffer's own) restores with no bad episode.
@@ -52,13 +51,11 @@ class BadEpisodeFilter(BaseNode[DecodedSample]):
         source: OrderedBuffer,
         bad: MutableSet[int] | None = None,
         *,
-        owned: Collection[int] = (),
         metrics: MetricsSink | None = None,
     ) -> None:
         super().__init__()
         self.source = source
         self.bad: MutableSet[int] = set() if bad is None else bad
-        self.owned = frozenset(int(e) for e in owned)
         self.metrics = metrics or NullMetrics()
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -106,4 +103,4 @@ class BadEpisodeFilter(BaseNode[DecodedSample]):
         )  # fmt: skip
 
     def _count_found(self) -> None:
-        self.metrics.set(BAD_EPISODES_FOUND, len(self.owned & set(self.bad)) if self.owned else len(self.bad))
+        self.metrics.set(BAD_EPISODES_FOUND, len(self.bad))

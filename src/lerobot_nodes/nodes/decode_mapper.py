@@ -76,7 +76,9 @@ MaybeBadSample = DecodedSample | BadSample
 def error_text(exc: BaseException) -> str:
     """``exc``'s message and its notes (episode, frame, hints) on one line."""
     parts = [str(exc), *getattr(exc, "__notes__", ())]
-    return "; ".join(part.strip() for part in parts if part.strip())
+    # Some notes carry their own leading separator (they read as a continuation after a traceback).
+    stripped = (part.strip().removeprefix(";").strip() for part in parts)
+    return "; ".join(part for part in stripped if part)
 
 ClipDecoderFactory = Callable[[Clip], ClipDecoderLike]
 """``clip -> decoder``: the clip's bytes are ``clip.data``, its sample layout ``clip.layout``."""

@@ -56,6 +56,10 @@ SKIPPED = "skipped_episodes"
 SAMPLING_STRATEGY = "sampling_strategy"
 """Compared, but adopted first when this run leaves ``streaming_sampling_strategy`` unset (:func:`sampling_strategy_of`)."""
 NONE_SKIPPED = "none"
+FOUND_BAD = "episodes_found_bad_while_decoding"
+"""How many episodes the checkpointed run had dropped mid-epoch (``streaming_bad_episodes=skip``, found
+while decoding); recorded by :func:`with_found_bad` when any, never compared: a loader state resumes them
+exactly, a step offset cannot (:func:`refuse_step_resume_after_found_bad`)."""
 WEIGHTS = "weights"
 """A weighted mixture's normalised ``--dataset.streaming_weights``: recorded only when set (the identities
 of unweighted runs are those of the versions before weights), compared always (absent = unweighted)."""
@@ -179,6 +183,27 @@ def with_skipped(identity: Mapping[str, Any], episodes: Sequence[int]) -> dict[s
     shown = ", ".join(str(e) for e in skipped[:8]) + (", ..." if len(skipped) > 8 else "")
     value = f"{len(skipped)} episodes #{short_hash(skipped)} ({shown})" if skipped else NONE_SKIPPED
     return {**identity, SKIPPED: value}
+
+
+def with_found_bad(identity: Mapping[str, Any], found: int) -> dict[str, Any]:
+    """``identity`` as a checkpoint records it: with :data:`FOUND_BAD` when the run found ``found`` > 0 bad episodes."""
+    return {**identity, FOUND_BAD: int(found)} if found > 0 else dict(identity)
+
+
+def refuse_step_resume_after_found_bad(saved: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` for a step resume of a checkpoint whose run dropped episodes found bad mid-epoch.
+
+    A step offset counts delivered samples; a reader that dropped a bad episode's later samples was
+    further along its schedule than that count, and which samples it dropped is in its loader state only.
+    """
+    found = int(saved.get(FOUND_BAD, 0))
+    if found:
+        raise ConfigError(
+            f"cannot resume by step offset: the checkpointed run skipped {found} episode{'s' if found != 1 else ''} "
+            "found bad while decoding (--dataset.streaming_bad_episodes=skip), so its readers' positions are not "
+            "their delivered samples; resume with the checkpoint's batch size, --num_workers and world size, "
+            "which restores its loader state exactly"
+        )
 
 
 def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
