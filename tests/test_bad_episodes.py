@@ -263,6 +263,26 @@ def test_inspect_checks_name_the_episodes_skip_drops(damaged: Path) -> None:
     assert set(dataset(damaged).skipped.episodes.tolist()) == BAD
 
 
-def test_a_mixture_opens_with_raise_only(pristine: Path) -> None:
-    with pytest.raises(ConfigError, match=r"^--dataset.streaming_bad_episodes=skip reads one dataset; a mixture opens"):
-        StreamingLeRobotDataset(root=[pristine, pristine], bad_episodes="skip")
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_mixture_skips_the_bad_episodes_of_each_dataset(damaged: Path, pristine: Path, num_workers: int) -> None:
+    """A damaged dataset second in a mixture: its bad episodes are left out by their mixture ids, the
+    kinds' reasons name it, and every other frame of both datasets streams exactly once."""
+    chosen = StreamingLeRobotDataset(root=[pristine, damaged], config=SKIP, seed=SEED, return_uint8=True)
+    offset = len(LENGTHS)
+    assert sorted(chosen.skipped.episodes.tolist()) == sorted(offset + e for e in BAD)
+    assert all(f": {chosen.meta.names[1]}: " in line for line in chosen.skipped.lines())  # type: ignore[attr-defined]
+    loader = streaming_dataloader(chosen, 4, num_workers)
+    seen = collections.Counter(
+        (d, e, f)
+        for batch in loader
+        for d, e, f in zip(batch["dataset_index"].tolist(), batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=True)
+    )
+    expected = collections.Counter({(0, e, f): n for (e, f), n in frames_of(list(range(len(LENGTHS)))).items()})
+    expected.update({(1, e, f): n for (e, f), n in frames_of(GOOD).items()})
+    assert seen == expected
+    chosen.close()
+
+
+def test_skip_with_weights_is_one_line(pristine: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^--dataset.streaming_bad_episodes=skip and --dataset.streaming_weights do not"):
+        StreamingLeRobotDataset(root=[pristine, pristine], bad_episodes="skip", weights=[0.5, 0.5])

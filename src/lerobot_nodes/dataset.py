@@ -12,6 +12,7 @@ worker's graph state with each snapshot and restores it exactly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import multiprocessing
 import multiprocessing.context
@@ -72,7 +73,6 @@ from .streaming_graph import (
     StreamingGraph,
     build_streaming_graph,
 )
-from .video_checks import check_video_metadata
 from .workers.lifeline import guard_forkserver, guard_worker
 from .workers.main_guard import exit_if_reimporting_main
 from .workers.server import filesystem_modules, retire_unused_server, spawning_elsewhere, start_before_threads
@@ -220,10 +220,12 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.source: ByteSource
         self.meta: DatasetMeta
         if is_mixture(repo_id, root):
-            if config.streaming_bad_episodes == BAD_EPISODES_SKIP:
+            if config.streaming_bad_episodes == BAD_EPISODES_SKIP and config.streaming_weights is not None:
                 raise ConfigError(
-                    "--dataset.streaming_bad_episodes=skip reads one dataset; a mixture opens with raise (check each "
-                    "dataset with `lerobot-nodes inspect` and select its good episodes)"
+                    "--dataset.streaming_bad_episodes=skip and --dataset.streaming_weights do not go together: a "
+                    "weighted mixture needs every worker to hold episodes of every dataset, which skipped ones could "
+                    "break; leave the weights unset, or check each dataset with `lerobot-nodes inspect` and select "
+                    "its good episodes with --dataset.episodes"
                 )
             self.source, self.meta, self.episodes = open_mixture(
                 MixtureRequest.of(repo_id, root, revision, repo_type), episodes, rename_map, token=token,
@@ -328,15 +330,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         skip = self.config.streaming_bad_episodes == BAD_EPISODES_SKIP
         try:
             if isinstance(self.meta, MixtureMeta) and isinstance(self.source, MixtureSource):
-                return self._open_mixture_indexes(self.source, self.meta, episodes, workers)
-
-            def open_strict(paths: list[str]) -> dict[str, VideoIndex]:
-                return open_video_indexes(
-                    self.source, self.meta, paths,
-                    lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s, build_workers=workers,
-                )
-
-            indexes, self.skipped = open_checked(self.meta, episodes, self.tolerance_s, open_strict, skip=skip)
+                indexes = self._open_mixture_indexes(self.source, self.meta, episodes, workers, skip)
+            else:
+                open_strict = functools.partial(self._open_video_files, self.source, self.meta, workers)
+                indexes, self.skipped = open_checked(self.meta, episodes, self.tolerance_s, open_strict, skip=skip)
         finally:
             for source in listed:
                 source.set_http_options(http_options(self.config, 1))
@@ -366,23 +363,33 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         return frozenset(int(e) for e in self.skipped.episodes.tolist())
 
     def _open_mixture_indexes(
-        self, source: MixtureSource, meta: MixtureMeta, episodes: Sequence[int], workers: int
+        self, source: MixtureSource, meta: MixtureMeta, episodes: Sequence[int], workers: int, skip: bool
     ) -> dict[str, VideoIndex]:
         """Each dataset's indexes of its share of ``episodes``, opened and checked as when it is read
-        alone (its own source, sidecars and metadata), keyed by mixture path."""
+        alone (its own source, sidecars and metadata, :func:`open_checked`: a missing file refuses only
+        the episodes that need it), keyed by mixture path. With ``skip`` each dataset's bad episodes are
+        left in :attr:`skipped` by their mixture ids, each kind's reason naming the dataset."""
         opened: dict[str, VideoIndex] = {}
+        found: list[tuple[str, BadEpisodes]] = []
         for part, local in enumerate(meta.split_episodes(episodes)):
             if not len(local):
                 continue
             chosen = local.tolist()
-            part_source, part_meta = source.parts[part], meta.parts[part]
-            indexes = open_video_indexes(
-                part_source, part_meta, part_meta.video_files(chosen),
-                lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s, build_workers=workers,
-            )
-            check_video_metadata(part_meta, indexes, chosen, self.tolerance_s)
+            part_meta = meta.parts[part]
+            open_strict = functools.partial(self._open_video_files, source.parts[part], part_meta, workers)
+            indexes, bad = open_checked(part_meta, chosen, self.tolerance_s, open_strict, skip=skip)
+            found.append((meta.names[part], bad.shifted(int(meta.episode_offsets[part]))))
             opened.update((part_prefix(part) + path, index) for path, index in indexes.items())
+        self.skipped = BadEpisodes.of_datasets(found)
         return opened
+
+    def _open_video_files(
+        self, source: ByteSource, meta: DatasetMeta, workers: int, paths: list[str]
+    ) -> dict[str, VideoIndex]:
+        """The MP4 indexes of ``paths`` of one dataset (its sidecar, its cache, or built ``workers`` at once)."""
+        return open_video_indexes(
+            source, meta, paths, lock_timeout_s=self.config.streaming_sidecar_lock_timeout_s, build_workers=workers
+        )
 
     def _index_build_workers(self) -> int:
         """Video files indexed at once when indexes must be built: ``streaming_index_concurrency`` when

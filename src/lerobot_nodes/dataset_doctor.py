@@ -508,6 +508,23 @@ class BadEpisodes:
         """One line per kind: the kind, the first few episodes and their count, and the first reason."""
         return [f"{kind}: {shown_episodes(episodes)}: {reason}" for kind, (episodes, reason) in self.kinds.items()]
 
+    def shifted(self, offset: int) -> BadEpisodes:
+        """The same findings with every episode id moved by ``offset`` (a dataset's ids in a mixture)."""
+        return BadEpisodes({kind: (episodes + offset, reason) for kind, (episodes, reason) in self.kinds.items()})
+
+    @staticmethod
+    def of_datasets(found: Sequence[tuple[str, BadEpisodes]]) -> BadEpisodes:
+        """Several datasets' findings (``(name, findings)``, episode ids already the mixture's) as one: a
+        kind's episodes joined, its reason the first dataset's, named (``NAME: reason``)."""
+        kinds: dict[str, tuple[np.ndarray, str]] = {}
+        for name, bad in found:
+            for kind, (episodes, reason) in bad.kinds.items():
+                if kind in kinds:
+                    kinds[kind] = (np.union1d(kinds[kind][0], episodes), kinds[kind][1])
+                else:
+                    kinds[kind] = (episodes, f"{name}: {reason}")
+        return BadEpisodes(kinds)
+
 
 def shown_episodes(episodes: np.ndarray) -> str:
     """``episodes 3, 8, 11, 12, 20, ... (40 episodes)``: the first :data:`SHOWN_SKIPPED` and the count."""

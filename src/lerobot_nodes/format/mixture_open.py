@@ -164,7 +164,8 @@ def open_mixture(
                 cache.append(byte_cache())
             source.use_byte_cache(cache[0])
         sources.append(source)
-        metas.append(load_meta(source, repo_id=dataset.repo_id))
+        # Files are checked for the episodes a rank reads, when it opens their indexes (dataset_doctor.open_checked).
+        metas.append(load_meta(source, repo_id=dataset.repo_id, check_files=False))
     mixture_source = MixtureSource(sources)
     if cache:
         mixture_source.use_byte_cache(cache[0])  # the remote datasets' cache, which the mixture reports
