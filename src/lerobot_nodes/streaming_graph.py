@@ -502,7 +502,7 @@ def build_streaming_graph(
     root: BaseNode[Any] = buffer
     bad_filter = None
     if found_bad is not None:
-        root = bad_filter = BadEpisodeFilter(buffer, found_bad, metrics=metrics)
+        root = bad_filter = BadEpisodeFilter(buffer, found_bad, metrics=metrics, slots=slots)
     if samples.transforms_on_consumer and image_transforms is not None:
         root = Mapper(root, apply_image_transforms(spec, image_transforms))
     batcher = None

@@ -157,3 +157,22 @@ def test_batch_slots_hand_out_places_the_batcher_takes_without_copying() -> None
     slots.reset()
     fresh = slots.next_slot(episode=0)["top"]
     assert fresh.position == 0 and fresh.batch.untyped_storage().data_ptr() != places[3]["top"].batch.untyped_storage().data_ptr()
+
+
+def test_a_dropped_place_is_given_back_so_later_batches_are_whole_views_again() -> None:
+    """``streaming_bad_episodes=skip`` drops samples that already hold places: the batch in flight at
+    the drop is copied, the next ones are one view each, and no place is handed out twice."""
+    from lerobot_nodes.batch_memory.batch_slots import BatchSlots
+    from lerobot_nodes.nodes.batcher import batch_of_places
+
+    slots = BatchSlots(4, {"top": 1}, lambda key, episode: (2, 2), return_uint8=True, shared_memory=False)
+    handed = [slots.next_slot(episode=0)["top"] for _ in range(6)]  # two batches' worth in flight
+    slots.forget_place()  # sample 1 was dropped when it was delivered
+    later = [slots.next_slot(episode=0)["top"] for _ in range(7)]
+    delivered = [handed[0], *handed[2:], *later]  # what the batcher receives, in order
+    batches = [delivered[i : i + 4] for i in range(0, len(delivered), 4)]
+    assert batch_of_places(batches[0]) is None  # the batch of the drop: copied
+    assert batch_of_places(batches[1]) is None  # places handed out before the drop was known: copied
+    assert all(batch_of_places(batch) is not None for batch in batches[2:])  # whole views again
+    storages = {(place.batch.untyped_storage().data_ptr(), place.position) for place in [*handed, *later]}
+    assert len(storages) == len(handed) + len(later)  # every place its own

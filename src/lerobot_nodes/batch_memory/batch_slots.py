@@ -87,13 +87,24 @@ class BatchSlots:
     def next_slot(self, episode: int) -> dict[str, BatchPlace]:
         """The place of each camera's frames for the next submitted sample (of ``episode``)."""
         position = self._submitted % self.batch_size
-        if position == 0:
+        if position == 0 or not self._batches:
             self._batches = {
                 key: (tensor.squeeze(1) if self.cameras[key] == 1 else tensor, tensor.numpy())
                 for key, tensor in self._allocate(episode).items()
             }
         self._submitted += 1
         return {key: BatchPlace(batch, position, frames[position]) for key, (batch, frames) in self._batches.items()}
+
+    def forget_place(self) -> None:
+        """A sample handed a place was dropped (``streaming_bad_episodes=skip``): the next sample takes
+        the position the dropped one would have been delivered at, so later batches are whole views again.
+
+        The places already handed out keep their storage (their decode threads may still write
+        there); the next sample starts a new one, so no place is handed out twice. The batch the
+        dropped sample belonged to mixes two storages and is copied by the batcher.
+        """
+        self._submitted -= 1
+        self._batches = {}
 
     def _allocate(self, episode: int) -> dict[str, torch.Tensor]:
         specs = []

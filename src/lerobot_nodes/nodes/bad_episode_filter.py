@@ -18,6 +18,7 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
+from ..batch_memory.batch_slots import BatchSlots
 from ..metrics import BAD_EPISODES_FOUND, BAD_SAMPLES_DROPPED, MetricsSink, NullMetrics
 from .decode_mapper import BadSample, DecodedSample
 from .ordered_buffer import OrderedBuffer
@@ -33,6 +34,10 @@ class BadEpisodeFilter(BaseNode[DecodedSample]):
     dropped, in this epoch and the later ones (a :class:`BadSample` or a sample decoded before the
     damage was found); every other sample is returned unchanged, in order. Samples of the episode
     delivered before its failing one stay delivered.
+
+    ``slots``: where the decode step places samples in their batches, when it does; a dropped
+    sample's position is given back (:meth:`BatchSlots.forget_place`), so only the batches in flight
+    at a drop are copied by the batcher, not every later one.
 
     ``bad`` is the set of episodes found bad, shared with the decode step (which stops decoding
     them, see ``DecodeMapper(skip_bad=...)``) and, through the dataset, with a graph rebuilt in the
@@ -52,10 +57,12 @@ class BadEpisodeFilter(BaseNode[DecodedSample]):
         bad: MutableSet[int] | None = None,
         *,
         metrics: MetricsSink | None = None,
+        slots: BatchSlots | None = None,
     ) -> None:
         super().__init__()
         self.source = source
         self.bad: MutableSet[int] = set() if bad is None else bad
+        self.slots = slots
         self.metrics = metrics or NullMetrics()
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -79,11 +86,11 @@ class BadEpisodeFilter(BaseNode[DecodedSample]):
             if isinstance(sample, BadSample):
                 if sample.episode not in self.bad:
                     self._found(sample)
-                self.metrics.add(BAD_SAMPLES_DROPPED, 1)
+                self._dropped(sample.placed)
                 continue
             item = self.source.last_item
             if item is not None and item.episode in self.bad:  # decoded before the damage was found
-                self.metrics.add(BAD_SAMPLES_DROPPED, 1)
+                self._dropped(placed=True)
                 continue
             return sample
 
@@ -92,6 +99,12 @@ class BadEpisodeFilter(BaseNode[DecodedSample]):
 
     def close(self) -> None:
         self.source.close()
+
+    def _dropped(self, placed: bool) -> None:
+        """Count a dropped sample; one that held a place in a batch gives its position back (``slots``)."""
+        self.metrics.add(BAD_SAMPLES_DROPPED, 1)
+        if placed and self.slots is not None:
+            self.slots.forget_place()
 
     def _found(self, sample: BadSample) -> None:
         self.bad.add(sample.episode)

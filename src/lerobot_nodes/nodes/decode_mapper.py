@@ -64,6 +64,8 @@ class BadSample:
     episode: int
     frame: int
     reason: str | None = None
+    placed: bool = False
+    """Whether the item was handed a place in a batch (:class:`BatchSlots`) before it was found bad."""
 
 
 DecodedSample = dict[str, Any] | PartialSample
@@ -512,7 +514,7 @@ class DecodeMapper(BaseNode[PendingSample]):
                 if self.skip_bad is not None and isinstance(exc, VideoDecodeError):
                     # Its decoders may hold a broken codec state: the episode's later samples are dropped anyway.
                     self.decoders.retire(item.episode)
-                    return BadSample(item.episode, item.frame, error_text(exc))
+                    return BadSample(item.episode, item.frame, error_text(exc), placed=destination is not None)
                 raise
             if assembled.frames_delivered:
                 budget = self.frame_budget
