@@ -36,6 +36,11 @@ class _Slot:
 class OrderedBuffer(BaseNode[DecodedSample]):
     """Returns samples in schedule order with at most ``max_ahead`` pending at once.
 
+    A source with ``may_run_ahead()`` (a :class:`~lerobot_nodes.nodes.decode_mapper.DecodeMapper`
+    assembling batches in a worker's recycled segments) is pulled ahead of the consumer only while
+    it says so, and always when nothing is pending: that decides when a sample is submitted, never
+    which one, so the order and the state are the same.
+
     Errors: an error of any stage is raised at its place in the order (earlier samples are
     returned first). After that, every ``next()`` raises :class:`GraphFailedError` naming the
     first error, so a failed graph never hangs and never silently skips a sample; the state
@@ -119,7 +124,11 @@ class OrderedBuffer(BaseNode[DecodedSample]):
             close()
 
     def _fill(self) -> None:
-        while not self._exhausted and len(self._slots) < self.max_ahead:
+        while (
+            not self._exhausted
+            and len(self._slots) < self.max_ahead
+            and (not self._slots or self._may_run_ahead())
+        ):
             try:
                 pending = next(self.source)
                 self._pulled += 1
@@ -133,6 +142,13 @@ class OrderedBuffer(BaseNode[DecodedSample]):
                 self._slots.append(_Slot(pending=None, snapshot=None, error=exc))
             else:
                 self._slots.append(_Slot(pending=pending, snapshot=snapshot))
+
+    def _may_run_ahead(self) -> bool:
+        """Whether the source lets a sample be pulled ahead of the consumer (a source without
+        ``may_run_ahead`` always does). Pulled while the buffer is empty regardless: the consumer
+        is waiting for it."""
+        may_run_ahead = getattr(self.source, "may_run_ahead", None)
+        return may_run_ahead is None or bool(may_run_ahead())
 
     def _cancel_pending(self) -> None:
         for slot in self._slots:
