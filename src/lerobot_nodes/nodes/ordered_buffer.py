@@ -36,15 +36,15 @@ class _Slot:
 class OrderedBuffer(BaseNode[DecodedSample]):
     """Returns samples in schedule order with at most ``max_ahead`` pending at once.
 
-    A source with ``may_run_ahead()`` (a :class:`~lerobot_nodes.nodes.decode_mapper.DecodeMapper`
-    assembling batches in a worker's recycled segments) is pulled ahead of the consumer only while
-    it says so, and always when nothing is pending: that decides when a sample is submitted, never
-    which one, so the order and the state are the same.
-
     Errors: an error of any stage is raised at its place in the order (earlier samples are
     returned first). After that, every ``next()`` raises :class:`GraphFailedError` naming the
     first error, so a failed graph never hangs and never silently skips a sample; the state
     still points before the failed sample, so a resume retries it.
+
+    A source with ``may_run_ahead()`` (a :class:`~lerobot_nodes.nodes.decode_mapper.DecodeMapper`
+    assembling batches in a worker's recycled segments) is pulled ahead of the consumer only while
+    it says so, and always when nothing is pending: that decides when a sample is submitted, never
+    which one, so the order and the state are the same.
     """
 
     SOURCE_KEY = "source"
