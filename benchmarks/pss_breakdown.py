@@ -20,12 +20,14 @@ of each process costs this parent CPU (outside the measured tree but on the same
 samples/s and CPU from ``peers.py`` runs, not from this one.
 
     /work/peers-venv/bin/python benchmarks/pss_breakdown.py --workers 0 2
+    /work/peers-venv/bin/python benchmarks/pss_breakdown.py --decoders --batches 10  # what the decoders hold
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -100,7 +102,7 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     stop = threading.Event()
 
     def snapshot() -> dict[str, Any]:
-        processes = {pid: split_of(pid) for pid in peers.tree_pids(process.pid)}
+        processes = {pid: split_of(pid) for pid in peers.tree_pids(process.pid)}  # the root first
         total = sum(sum(split.values()) for split, _ in processes.values())
         return {"total": total, "processes": processes}
 
@@ -133,16 +135,65 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     return {"imports": imports, "peak": best, "result": result}
 
 
+def what_decoders_hold(root: Path, batches: int) -> None:
+    """In this process, 0 workers: the PSS the clip decoders hold after ``batches`` batches. Closing
+    every decoder with its codec context kept (flushed, as the context pool keeps it), then dropping
+    the contexts, each after a ``malloc_trim``: what goes at each step is what they held."""
+    import ctypes
+    import gc
+
+    from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
+    from lerobot_nodes.loader import shutdown_dataloader
+
+    trim = ctypes.CDLL(None).malloc_trim
+
+    def pss_mb() -> float:
+        gc.collect()
+        trim(0)
+        return peers.tree_pss(os.getpid()) / 1e6
+
+    dataset = StreamingLeRobotDataset(
+        root=root, delta_timestamps=peers.act_window(30), return_uint8=True, seed=0, max_num_shards=1
+    )
+    loader = streaming_dataloader(dataset, peers.BATCH_SIZE, 0)
+    iterator = iter(loader)
+    for _ in range(batches):
+        batch = next(iterator)
+    del batch
+    graph = dataset._graph
+    assert graph is not None
+    decoders = graph.decoder.decoders
+    held = pss_mb()
+    idle, kept = len(decoders), decoders.frame_budget.resident_frames
+    decoders.clear(keep_contexts=True)
+    closed = pss_mb()
+    contexts = len(decoders.contexts)
+    decoders.contexts.clear()
+    dropped = pss_mb()
+    print(
+        f"after {batches} batches: {held:.0f} MB PSS, {idle} idle decoders keeping {kept} decoded frames; "
+        f"decoders closed, their {contexts} codec contexts kept (flushed): {closed:.0f} MB (-{held - closed:.0f}); "
+        f"contexts dropped: {dropped:.0f} MB (-{closed - dropped:.0f}, {(closed - dropped) / max(1, contexts):.2f} MB each)"
+    )
+    shutdown_dataloader(loader)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="h264-g30")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--loader", default="ours", choices=peers.OURS)
+    parser.add_argument(
+        "--decoders", action="store_true", help="only what the clip decoders hold (this process, 0 workers)"
+    )
     args = parser.parse_args(argv)
     from lerobot_nodes import MapStyleLeRobotDataset
 
     root = peers.dataset_roots([args.dataset])[args.dataset]
+    if args.decoders:
+        what_decoders_hold(root, args.batches)
+        return 0
     meta_ds = MapStyleLeRobotDataset(root=root)
     base = {
         "fps": int(meta_ds.fps),
@@ -170,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         print("| process | " + " | ".join(CATEGORIES) + " | total |")
         print("|---" * (len(CATEGORIES) + 2) + "|")
         for name, snap in (("imports", figures["imports"]), ("peak", peak)):
-            for index, (_pid, (split, private)) in enumerate(sorted(snap["processes"].items())):
+            for index, (_pid, (split, private)) in enumerate(snap["processes"].items()):
                 label = f"{name}: {'main' if index == 0 else f'child {index}'}"
                 cells = " | ".join(f"{split[c] / 1e6:.0f} ({private[c] / 1e6:.0f})" for c in CATEGORIES)
                 print(f"| {label} | {cells} | {sum(split.values()) / 1e6:.0f} |")
