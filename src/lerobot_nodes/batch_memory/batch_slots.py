@@ -89,7 +89,8 @@ class BatchSlots:
         The consumer's own request always starts it (:class:`~lerobot_nodes.nodes.ordered_buffer.OrderedBuffer`
         pulls while it holds nothing), so this changes when a batch starts, never which samples it holds.
         """
-        if self.storages is None or not self.storages.shared or self._submitted % self.batch_size:
+        starts_storage = self._submitted % self.batch_size == 0 or not self._batches
+        if self.storages is None or not self.storages.shared or not starts_storage:
             return True
         return self.storages.has_released()
 
