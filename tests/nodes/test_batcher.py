@@ -127,6 +127,31 @@ def test_batch_size_must_be_positive() -> None:
         SampleBatcher(IterableWrapper([]), 0)
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_batch_starts_ahead_in_a_worker_only_in_a_released_segment(shared: bool) -> None:
+    from lerobot_nodes.batch_memory.batch_slots import BatchSlots
+    from lerobot_nodes.batch_memory.recycled_storage import RecycledBatch, RecycledStorages
+
+    storages = RecycledStorages(keep=4, shared=shared)
+    slots = BatchSlots(
+        2, {"top": 1}, lambda key, episode: (4, 5), return_uint8=True, shared_memory=shared, storages=storages
+    )
+    # No segment released yet: a worker's first batch starts when it is asked for.
+    assert slots.may_start_ahead() is not shared
+    first = [slots.next_slot(episode=0) for _ in range(2)]
+    # Mid-batch a sample is always submitted ahead; at the boundary only into a released segment
+    # (a worker's shared memory); the training process's own batches (process memory) start ahead as before.
+    assert slots.may_start_ahead() is not shared
+    whole = first[0]["top"].batch
+    sent = RecycledBatch({"top": whole}, storages.holding(whole.untyped_storage().data_ptr())).delivered()
+    assert slots.may_start_ahead() is not shared  # the receiver still holds the batch
+    del sent, whole, first
+    assert slots.may_start_ahead()  # released: the next batch reuses its segment
+    second = slots.next_slot(episode=0)
+    assert slots.may_start_ahead()  # mid-batch
+    assert (storages.created, storages.reused) == (1, 1) and second["top"].position == 0
+
+
 def test_batch_slots_hand_out_places_the_batcher_takes_without_copying() -> None:
     from lerobot_nodes.batch_memory.batch_slots import BatchSlots
     from lerobot_nodes.nodes.batcher import assembled_in_place, batch_of_places

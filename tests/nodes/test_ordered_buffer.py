@@ -145,3 +145,37 @@ def test_sparse_snapshots_at_batch_boundaries_and_episode_ends_equal_per_sample_
     assert [next(resumed)["i"] for _ in range(4)] == [7, 8, 9, 10]
     assert resumed.state_dict() == {"source": {"i": 11}, "num_yielded": 11}  # 7 + 4: a boundary again
     assert [sample["i"] for sample in resumed] == list(range(11, n))
+
+
+class HeldBack(ShuffledFinish):
+    """``ShuffledFinish`` whose samples may be pulled ahead only while ``ahead_allowed`` says so
+    (the ``may_run_ahead`` of a decode mapper whose next sample would start a batch in a new segment)."""
+
+    def __init__(self, n: int, ahead_allowed: Any) -> None:
+        super().__init__(n)
+        self.ahead_allowed = ahead_allowed
+
+    def may_run_ahead(self) -> bool:
+        return bool(self.ahead_allowed(self.i))
+
+
+@pytest.mark.timeout(30)
+def test_a_source_that_holds_back_is_pulled_only_when_the_consumer_waits():
+    # Pulls ahead are refused at every 4th sample (a batch of 4 starting), so each such sample
+    # is pulled only when the buffer is empty: the order and the states are the same as without.
+    source = HeldBack(24, lambda i: i % 4 != 0)
+    buffer = OrderedBuffer(source, max_ahead=6, snapshot_every=4)
+    out, states = [], []
+    for _ in range(24):
+        out.append(next(buffer)["i"])
+        assert source.i <= 4 * -(-len(out) // 4)  # nothing of the next batch pulled ahead
+        if len(out) % 4 == 0:
+            states.append(buffer.state_dict())
+    assert out == list(range(24))
+    reference = OrderedBuffer(ShuffledFinish(24), max_ahead=6, snapshot_every=4)
+    expected = []
+    for position in range(24):
+        next(reference)
+        if (position + 1) % 4 == 0:
+            expected.append(reference.state_dict())
+    assert states == expected

@@ -79,6 +79,21 @@ class BatchSlots:
         # Each camera's batch being filled: its collated view and the numpy array the places index.
         self._batches: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
 
+    def may_start_ahead(self) -> bool:
+        """Whether the next sample may be submitted before the consumer asks for it.
+
+        With ``storages`` in shared memory (a DataLoader worker), a sample that starts a new batch
+        is submitted ahead only when a segment the training process has released is there to
+        reuse: a batch started ahead in a new segment would add a segment (a part or a whole
+        batch of frames) to the worker's memory for a batch the DataLoader has not asked for yet.
+        The consumer's own request always starts it (:class:`~lerobot_nodes.nodes.ordered_buffer.OrderedBuffer`
+        pulls while it holds nothing), so this changes when a batch starts, never which samples it holds.
+        """
+        starts_storage = self._submitted % self.batch_size == 0 or not self._batches
+        if self.storages is None or not self.storages.shared or not starts_storage:
+            return True
+        return self.storages.has_released()
+
     def reset(self) -> None:
         """Forget the batch being filled: the next sample starts a new one."""
         self._submitted = 0

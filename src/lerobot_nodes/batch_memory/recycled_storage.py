@@ -111,6 +111,11 @@ class RecycledStorages:
         self.metrics.add("batch_segments_created", 1)
         return created
 
+    def has_released(self) -> bool:
+        """Whether a kept storage is :data:`RELEASED` (:meth:`take` can reuse it instead of creating one,
+        when its size fits)."""
+        return any(storage[storage.nbytes() - TRAILER_BYTES] == RELEASED for storage in self._kept)
+
     def holding(self, data_ptr: int) -> torch.UntypedStorage | None:
         """The kept storage whose memory starts at ``data_ptr``, if any."""
         for storage in self._kept:

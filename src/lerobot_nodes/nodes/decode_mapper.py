@@ -448,6 +448,11 @@ class DecodeMapper(BaseNode[PendingSample]):
         future = self._executor.submit(self._run, task, self._cancelled, destination)
         return PendingSample(task.item, future)
 
+    def may_run_ahead(self) -> bool:
+        """Whether the next sample may be submitted ahead of the consumer (see
+        :meth:`~lerobot_nodes.batch_memory.batch_slots.BatchSlots.may_start_ahead`)."""
+        return self.slots is None or self.slots.may_start_ahead()
+
     def get_state(self) -> dict[str, Any]:
         return {self.SOURCE_KEY: self.source.state_dict()}
 

@@ -44,6 +44,11 @@ class OrderedBuffer(BaseNode[MaybeBadSample]):
     returned first). After that, every ``next()`` raises :class:`GraphFailedError` naming the
     first error, so a failed graph never hangs and never silently skips a sample; the state
     still points before the failed sample, so a resume retries it.
+
+    A source with ``may_run_ahead()`` (a :class:`~lerobot_nodes.nodes.decode_mapper.DecodeMapper`
+    assembling batches in a worker's recycled segments) is pulled ahead of the consumer only while
+    it says so, and always when nothing is pending: that decides when a sample is submitted, never
+    which one, so the order and the state are the same.
     """
 
     SOURCE_KEY = "source"
@@ -126,7 +131,11 @@ class OrderedBuffer(BaseNode[MaybeBadSample]):
             close()
 
     def _fill(self) -> None:
-        while not self._exhausted and len(self._slots) < self.max_ahead:
+        while (
+            not self._exhausted
+            and len(self._slots) < self.max_ahead
+            and (not self._slots or self._may_run_ahead())
+        ):
             try:
                 pending = next(self.source)
                 self._pulled += 1
@@ -140,6 +149,13 @@ class OrderedBuffer(BaseNode[MaybeBadSample]):
                 self._slots.append(_Slot(pending=None, snapshot=None, error=exc))
             else:
                 self._slots.append(_Slot(pending=pending, snapshot=snapshot))
+
+    def _may_run_ahead(self) -> bool:
+        """Whether the source lets a sample be pulled ahead of the consumer (a source without
+        ``may_run_ahead`` always does). Pulled while the buffer is empty regardless: the consumer
+        is waiting for it."""
+        may_run_ahead = getattr(self.source, "may_run_ahead", None)
+        return may_run_ahead is None or bool(may_run_ahead())
 
     def _cancel_pending(self) -> None:
         for slot in self._slots:
