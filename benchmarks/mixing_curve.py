@@ -15,7 +15,8 @@ sampled every 50 ms).
 Settings: ``today`` (one open run: the schedule before issue 24, forced with ``MAX_OPEN_RUNS = 1``),
 ``pairs`` (``streaming_gop_runs=false``), ``per_worker`` (the defaults but
 ``streaming_batches_across_workers=false``: each batch from one worker, the loader before), ``round_robin``
-(the defaults but ``streaming_sampling_strategy=round_robin``), and the open-run counts the decoded-frame budget gives
+(the defaults but ``streaming_sampling_strategy=round_robin``), ``budget_runs`` (the defaults but the open-runs rule
+before ``batch_open_runs``: as many runs as the budget holds, as a checkpoint of those versions resumes), and the open-run counts the decoded-frame budget gives
 (``--budgets``, MB per rank; ``default`` is 1024), and ``poolN``: the defaults with
 ``streaming_episode_pool_size=N`` episodes per rank (the default is 32). Datasets are written by
 ``lerobot_nodes.testing.write_dataset`` under ``--data`` (see :func:`ensure_datasets`).
@@ -185,9 +186,20 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
     )
     spec = SampleSpec.from_meta(dataset.meta, dataset.delta_timestamps, 1e-4, None)
     rank_pool = getattr(dataset, "rank_pool", 32)  # the versions before the batch-sized pool: 32
+    needed = None
+    if hasattr(streaming_graph, "batch_open_runs"):  # the open-runs rule the dataset's schedule uses
+        from lerobot_nodes.resume import identity as identities
+
+        if config["setting"] == "budget_runs":  # the rule before: as a checkpoint of those versions sets it
+            dataset.identity = identities.with_open_runs_rule(dataset.identity, "budget")
+        rule = identities.open_runs_rule_of(dataset.identity)
+        resident = streaming_graph.resident_episodes(dataset.config, rank_pool, len(dataset.episodes))
+        schedule = streaming_graph.ScheduleStart(rank_pool=rank_pool, open_runs_rule=rule)
+        needed = streaming_graph.open_runs_needed(dataset.config, schedule, resident)
     if hasattr(streaming_graph, "resident_episodes"):
         resident = streaming_graph.resident_episodes(dataset.config, rank_pool, len(dataset.episodes))
         open_runs = streaming_graph.open_anchor_runs(dataset.config, dataset.meta, spec, resident)
+        open_runs = open_runs if needed is None else min(open_runs, needed)
     else:
         open_runs = streaming_graph.open_anchor_runs(dataset.config, dataset.meta, spec)
     cameras = list(dataset.meta.camera_keys)
@@ -241,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--datasets", nargs="+", default=list(RECIPES))
     parser.add_argument(
-        "--settings", nargs="+", default=["today", "default"], help="today, pairs, per_worker, round_robin, default, poolN, or MB"
+        "--settings", nargs="+", default=["today", "default"], help="today, pairs, per_worker, round_robin, budget_runs, default, poolN, or MB"
     )
     parser.add_argument("--workers", nargs="+", type=int, default=[0, 2])
     parser.add_argument("--batches", type=int, default=120)
@@ -258,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.datasets:
             for setting in args.settings:
                 for workers in args.workers:
-                    named = setting in ("today", "pairs", "per_worker", "round_robin", "default")
+                    named = setting in ("today", "pairs", "per_worker", "round_robin", "default", "budget_runs")
                     pool = int(setting[4:]) if setting.startswith("pool") else None
                     config = {
                         "dataset": name,

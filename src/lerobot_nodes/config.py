@@ -32,6 +32,13 @@ POOL_BATCHES = 4
 """Batches of episodes a rank's default pool holds (when the reader knows its batch size): a batch of B
 samples drawn from a pool of 4B episodes holds ~0.9x the distinct episodes a uniform shuffle's does."""
 
+OPEN_RUNS_FOR_BATCH = "batch"
+"""The open-runs rule of new runs: as many runs of an episode open at once as the decoded-frame budget
+holds, but no more than a batch needs (``streaming_graph.batch_open_runs``)."""
+OPEN_RUNS_FOR_BUDGET = "budget"
+"""The open-runs rule of the versions before it (as many as the budget holds, at most 8), which a run
+resumed from their checkpoints keeps."""
+
 
 def default_rank_pool_size(batch_size: int | None) -> int:
     """Episodes a rank mixes when ``streaming_episode_pool_size`` is unset: :data:`POOL_BATCHES` batches

@@ -44,10 +44,12 @@ from .resume.identity import (
     batches_across_workers_of,
     check_identity,
     dataset_identity,
+    open_runs_rule_of,
     rank_pool_of,
     refuse_step_resume_after_found_bad,
     sampling_strategy_of,
     with_found_bad,
+    with_open_runs_rule,
     with_rank_pool,
     with_skipped,
     with_worker_split,
@@ -300,7 +302,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         """The episodes this reader found bad while decoding (``skip``): its graphs drop their samples
         from the failing one on; a checkpoint's worker state holds them (``nodes.bad_episode_filter``)."""
         self._graph: StreamingGraph | None = None
-        self._graph_key: tuple[int, int, WorkerStart | None, int | None, int, int | None] | None = None
+        self._graph_key: tuple[int, int, WorkerStart | None, int | None, int, int | None, str] | None = None
         # Where the next iter() starts after a resume (lerobot_nodes.resume.orchestrator).
         self._resume = ResumeOrchestrator()
 
@@ -500,6 +502,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 excluded=self.excluded,
                 weights=self.config.streaming_weights,
                 rank_pool=self.rank_pool,
+                open_runs_rule=open_runs_rule_of(self.identity),
             ),
             samples=self._sample_options(transforms_on_consumer=num_workers == 0),
             batches=None
@@ -535,7 +538,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     def _ensure_graph(self, epoch: int = 0, start: WorkerStart | None = None) -> StreamingGraph:
         """The graph of this reader: its own schedule from ``epoch``, or ``start``'s first epoch."""
         worker_id, num_workers = self._physical_topology()
-        key = (worker_id, num_workers, start, self.batch_size, self.batches_across_workers, self.rank_pool)
+        key = (
+            worker_id, num_workers, start, self.batch_size, self.batches_across_workers, self.rank_pool,
+            open_runs_rule_of(self.identity),
+        )  # fmt: skip
         if self._graph is None or self._graph_key != key:
             self.close()
             # An elastic start reads its remnant part alone (maybe none), but a weighted mixture's reader
@@ -707,9 +713,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.close()  # a graph built with the other strategy is stale
 
     def _adopt_schedule_of(self, identity: Mapping[str, Any] | None) -> None:
-        """Keep the checkpointed run's worker split and default rank pool (see :attr:`rank_pool`)."""
-        self.identity = with_rank_pool(
-            with_worker_split(self.identity, worker_split_of(identity)), rank_pool_of(identity)
+        """Keep the checkpointed run's worker split, default rank pool (see :attr:`rank_pool`) and open-runs rule."""
+        self.identity = with_open_runs_rule(
+            with_rank_pool(with_worker_split(self.identity, worker_split_of(identity)), rank_pool_of(identity)),
+            open_runs_rule_of(identity),
         )
         self._pool_from_checkpoint = True
 
@@ -740,10 +747,13 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     def _rank_schedule(self) -> RankSchedule:
         """This rank's plain schedules, what a step resume is planned against."""
         skip = self.config.streaming_bad_episodes == BAD_EPISODES_SKIP
+        rules = ScheduleStart(
+            seed=self.seed, worker_split=self.worker_split, rank_pool=self.rank_pool,
+            open_runs_rule=open_runs_rule_of(self.identity),
+        )  # fmt: skip
         samplers = plain_samplers(
-            self.source, self.meta, self.episodes, self.config, self._sample_options(), self.seed, self._indexes,
-            worker_split=self.worker_split, excluded={self.rank: self.excluded} if skip else None,
-            rank_pool=self.rank_pool,
+            self.source, self.meta, self.episodes, self.config, self._sample_options(), rules, self._indexes,
+            excluded={self.rank: self.excluded} if skip else None,
         )
         parts, names, lengths = self._weighted_parts, self._part_names(), self._length_map()
         feedable = None

@@ -26,7 +26,16 @@ from torchdata.nodes import BaseNode, Mapper
 
 from .batch_memory.batch_slots import BatchSlots
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, IN_PROCESS_KEEP, RecycledStorages
-from .config import BAD_EPISODES_SKIP, BYTES_PER_MB, DEFAULT_RANK_POOL_SIZE, StreamingConfig, resolve_seed
+from .config import (
+    BAD_EPISODES_SKIP,
+    BYTES_PER_MB,
+    DEFAULT_RANK_POOL_SIZE,
+    OPEN_RUNS_FOR_BATCH,
+    OPEN_RUNS_FOR_BUDGET,
+    POOL_BATCHES,
+    StreamingConfig,
+    resolve_seed,
+)
 from .errors import ConfigError
 from .fetch.byte_cache import ByteBudget, EpisodeByteCache
 from .fetch.episode_fetch import VideoIndexProvider
@@ -195,7 +204,29 @@ def resident_episodes(config: StreamingConfig, rank_pool: int | None, selected: 
     return max(1, min(int(rank_pool), int(selected)))
 
 
-def open_anchor_runs(config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, resident: int) -> int:
+def batch_open_runs(rank_pool: int | None, resident: int) -> int:
+    """Open runs an episode needs so that its samples in one batch come from different runs, far apart:
+    the samples of a batch (at most ``rank_pool / POOL_BATCHES``, the batch the rank's default pool was
+    sized for) over the ``resident`` episodes they are drawn from, plus one for an episode drawn at the
+    end of one round robin round and at the start of the next. More runs mix a batch no better; each
+    costs every resident episode's decoders their frames."""
+    batch = max(1, int(rank_pool if rank_pool is not None else DEFAULT_RANK_POOL_SIZE) // POOL_BATCHES)
+    return -(-batch // max(1, int(resident))) + 1
+
+
+def open_runs_needed(config: StreamingConfig, schedule: ScheduleStart, resident: int) -> int | None:
+    """The cap of :func:`open_anchor_runs` (None: the budget alone): :func:`batch_open_runs` of the rank's
+    default pool under :data:`~lerobot_nodes.config.OPEN_RUNS_FOR_BATCH`. A pool size the user sets
+    (``streaming_episode_pool_size``) keeps the budget rule: its schedule must not depend on the batch
+    size, which a step resume without the checkpoint's identity would take from the new run."""
+    if schedule.open_runs_rule == OPEN_RUNS_FOR_BUDGET or config.streaming_episode_pool_size is not None:
+        return None
+    return batch_open_runs(schedule.rank_pool, resident)
+
+
+def open_anchor_runs(
+    config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, resident: int, needed: int | None = None
+) -> int:
     """How many anchor runs of an episode the schedule keeps open at once (GOP runs only).
 
     Each open run has its own clip decoder per camera, which keeps up to ``window + 3`` frames
@@ -204,8 +235,9 @@ def open_anchor_runs(config: StreamingConfig, meta: DatasetMeta, spec: SampleSpe
     ``window + 1`` per run, see ``mp4.decode.reads_ahead``; the budget's eviction bounds it).
     The runs are as many as the rank's decoded-frame budget holds for every one of ``resident``
     episodes (:func:`resident_episodes`) and every camera, between 1 and
-    :data:`MAX_OPEN_RUNS`. A pure function of the settings and ``meta/info.json``, the same for
-    every topology (elastic resume replays other topologies' schedules with it).
+    :data:`MAX_OPEN_RUNS`, and at most ``needed`` when given (:func:`batch_open_runs`). A pure function
+    of the settings and ``meta/info.json``, the same for every topology (elastic resume replays other
+    topologies' schedules with it).
     """
     cameras = [key for key in meta.video_keys if key not in spec.depth_videos] or list(meta.video_keys)
     if not config.streaming_gop_runs or not cameras:
@@ -223,7 +255,8 @@ def open_anchor_runs(config: StreamingConfig, meta: DatasetMeta, spec: SampleSpe
     if per_run <= 0:
         return 1
     budget = int(config.streaming_decoded_frame_budget_mb * BYTES_PER_MB)
-    return int(min(MAX_OPEN_RUNS, max(1, budget // per_run)))
+    runs = int(min(MAX_OPEN_RUNS, max(1, budget // per_run)))
+    return runs if needed is None else max(1, min(runs, int(needed)))
 
 
 @dataclass(frozen=True)
@@ -261,6 +294,9 @@ class ScheduleStart:
     """The rank's pool when ``streaming_episode_pool_size`` is unset (``config.default_rank_pool_size`` of
     the batch size); None: the rule of the versions before the batch-sized pool (32, open runs sized for
     32 episodes), which a run resumed from their checkpoints keeps."""
+    open_runs_rule: str = OPEN_RUNS_FOR_BATCH
+    """How many runs of an episode are open at once: :data:`OPEN_RUNS_FOR_BATCH`, or
+    :data:`OPEN_RUNS_FOR_BUDGET` for a run resumed from a checkpoint of the versions before it."""
 
 
 @dataclass(frozen=True)
@@ -424,13 +460,23 @@ class SampleRuns:
 
     @classmethod
     def of(
-        cls, config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, fetcher: AnyEpisodeFetcher, resident: int
+        cls,
+        config: StreamingConfig,
+        meta: DatasetMeta,
+        spec: SampleSpec,
+        fetcher: AnyEpisodeFetcher,
+        schedule: ScheduleStart,
+        selected: int,
     ) -> SampleRuns:
-        """The runs of the graph's schedule; ``resident``: :func:`resident_episodes`."""
+        """The runs of the graph's schedule over ``selected`` episodes (:func:`resident_episodes`,
+        ``schedule.open_runs_needed``)."""
         if not meta.video_keys:
             return cls()
         run_starts, rule = anchor_runs(config, meta, spec, fetcher.gop_starts)
-        open_runs = open_anchor_runs(config, meta, spec, resident) if run_starts is not None else 1
+        if run_starts is None:
+            return cls(fetcher.cost, run_starts, rule, 1)
+        resident = resident_episodes(config, schedule.rank_pool, selected)
+        open_runs = open_anchor_runs(config, meta, spec, resident, open_runs_needed(config, schedule, resident))
         return cls(fetcher.cost, run_starts, rule, open_runs)
 
 
@@ -461,8 +507,8 @@ def build_streaming_graph(
         source, meta, episodes=sharder.episodes, index_provider=services.index_provider,
         opened_indexes=services.opened_indexes, lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
     )
-    resident = resident_episodes(config, schedule.rank_pool, len(episodes))
-    sampler = schedule_sampler(sharder, reader, config, schedule, SampleRuns.of(config, meta, spec, fetcher, resident))
+    runs = SampleRuns.of(config, meta, spec, fetcher, schedule, len(episodes))
+    sampler = schedule_sampler(sharder, reader, config, schedule, runs)
     metrics.set("budget_bytes", sampler.budget.worker_bytes)
     prefetcher = BytePrefetcher(
         sampler,

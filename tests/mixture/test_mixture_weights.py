@@ -32,6 +32,7 @@ from lerobot_nodes.nodes.weighted_sharder import (
     next_dataset,
     normalized_weights,
 )
+from lerobot_nodes.resume.identity import open_runs_rule_of
 from lerobot_nodes.resume.planning import (
     StepCheckpoint,
     Topology,
@@ -43,7 +44,6 @@ from lerobot_nodes.streaming_graph import (
     ReaderSlot,
     SampleRuns,
     ScheduleStart,
-    resident_episodes,
     schedule_sampler,
     schedule_sharder,
 )
@@ -236,11 +236,10 @@ def resumed_schedule(dataset, worker: int, num_workers: int):
     )
     sharder = schedule_sharder(dataset.meta, dataset.episodes, reader, first, dataset.config.streaming_prefetch_episodes)
     fetcher = open_episode_fetcher(dataset.source, dataset.meta, episodes=sharder.episodes, opened_indexes=dataset._indexes)
-    resident = resident_episodes(dataset.config, dataset.rank_pool, len(dataset.episodes))
-    runs = SampleRuns.of(dataset.config, dataset.meta, dataset._sample_options().spec(dataset.meta), fetcher, resident)
-    sampler = schedule_sampler(
-        sharder, reader, dataset.config, ScheduleStart(seed=dataset.seed, rank_pool=dataset.rank_pool), runs
-    )
+    rules = ScheduleStart(seed=dataset.seed, rank_pool=dataset.rank_pool, open_runs_rule=open_runs_rule_of(dataset.identity))
+    spec = dataset._sample_options().spec(dataset.meta)
+    runs = SampleRuns.of(dataset.config, dataset.meta, spec, fetcher, rules, len(dataset.episodes))
+    sampler = schedule_sampler(sharder, reader, dataset.config, rules, runs)
     sampler.reset(None)
     return sampler
 

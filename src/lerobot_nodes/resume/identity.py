@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..config import DEFAULT_RANK_POOL_SIZE, StreamingConfig
+from ..config import DEFAULT_RANK_POOL_SIZE, OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET, StreamingConfig
 from ..errors import ConfigError
 from ..format.meta import DatasetMeta
 from ..nodes.sharder import CONTIGUOUS_SPLIT, SCATTERED_SPLIT, check_worker_split
@@ -51,6 +51,9 @@ WORKER_SPLIT = "worker_split"
 RANK_POOL = "rank_pool"
 """The rank's default pool the schedule used (``config.default_rank_pool_size`` of the loader's batch size);
 absent in the identities of the versions before the batch-sized pool (``ScheduleStart.rank_pool`` None)."""
+OPEN_RUNS = "open_runs"
+"""The open-runs rule of the schedule (``config.OPEN_RUNS_FOR_BATCH``); absent in the identities of
+the versions before it, whose rule (``config.OPEN_RUNS_FOR_BUDGET``) a run resumed from them keeps (:func:`open_runs_rule_of`)."""
 BATCHES_ACROSS_WORKERS = "batches_across_workers"
 SKIPPED = "skipped_episodes"
 SAMPLING_STRATEGY = "sampling_strategy"
@@ -128,6 +131,7 @@ def dataset_identity(
         WORKER_SPLIT: check_worker_split(worker_split),
         BATCHES_ACROSS_WORKERS: config.streaming_batches_across_workers,
         **({} if rank_pool is None else {RANK_POOL: int(rank_pool)}),
+        OPEN_RUNS: OPEN_RUNS_FOR_BATCH,
     }
 
 
@@ -175,6 +179,23 @@ def with_rank_pool(identity: Mapping[str, Any], rank_pool: int | None) -> dict[s
     """``identity`` recording ``rank_pool`` (None: recording none, as the versions before the batch-sized pool)."""
     recorded = {key: value for key, value in identity.items() if key != RANK_POOL}
     return recorded if rank_pool is None else {**recorded, RANK_POOL: int(rank_pool)}
+
+
+def open_runs_rule_of(identity: Mapping[str, Any] | None) -> str:
+    """The open-runs rule a run with this identity used: the recorded one, or the budget rule of the versions
+    before it for an identity without one (or no identity). An unknown rule is a :class:`ConfigError`."""
+    if identity is None or identity.get(OPEN_RUNS) is None:
+        return OPEN_RUNS_FOR_BUDGET
+    rule = str(identity[OPEN_RUNS])
+    if rule not in (OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET):
+        raise ConfigError(f"the checkpoint's open-runs rule {rule!r} is not one this version knows; resume with its version")
+    return rule
+
+
+def with_open_runs_rule(identity: Mapping[str, Any], rule: str) -> dict[str, Any]:
+    """``identity`` recording the open-runs ``rule`` (the budget rule: recording none, as the versions before)."""
+    recorded = {key: value for key, value in identity.items() if key != OPEN_RUNS}
+    return recorded if rule == OPEN_RUNS_FOR_BUDGET else {**recorded, OPEN_RUNS: rule}
 
 
 def with_skipped(identity: Mapping[str, Any], episodes: Sequence[int]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..config import DEFAULT_RANK_POOL_SIZE, StreamingConfig
+from ..config import StreamingConfig, resolve_seed
 from ..fetch.mixture_fetch import open_episode_fetcher
 from ..format.meta import DatasetMeta
 from ..mp4.index import VideoIndex
@@ -23,7 +23,6 @@ from ..streaming_graph import (
     SampleOptions,
     SampleRuns,
     ScheduleStart,
-    resident_episodes,
     schedule_sampler,
     schedule_sharder,
 )
@@ -72,17 +71,17 @@ def plain_samplers(
     episodes: Sequence[int],
     config: StreamingConfig,
     samples: SampleOptions,
-    seed: int,
+    rules: ScheduleStart,
     opened_indexes: Mapping[str, VideoIndex] | None = None,
-    worker_split: str = CONTIGUOUS_SPLIT,
     excluded: Mapping[int, frozenset[int]] | None = None,
-    rank_pool: int | None = DEFAULT_RANK_POOL_SIZE,
 ) -> Callable[[int], SamplerFactory]:
     """``world_size -> (rank, worker_id, num_workers) -> sampler``: the plain schedules of ``world_size``
-    ranks over ``episodes`` as the graph builds them (``opened_indexes`` served as they are), each
-    rank's episodes split over its workers by ``worker_split`` and its default pool ``rank_pool`` (the
-    checkpointed run's, see ``ScheduleStart.rank_pool``), without the episodes ``excluded`` names for
-    that rank (``{rank: skipped}``; a rank knows only its own)."""
+    ranks over ``episodes`` as the graph builds them (``opened_indexes`` served as they are), under the
+    checkpointed run's ``rules`` (its seed, worker split, default pool and open-runs rule, see
+    :class:`ScheduleStart`), without the episodes ``excluded`` names for that rank (``{rank: skipped}``;
+    a rank knows only its own)."""
+    seed, worker_split = resolve_seed(rules.seed), rules.worker_split
+    schedule = ScheduleStart(seed=seed, rank_pool=rules.rank_pool, open_runs_rule=rules.open_runs_rule)
 
     def samplers(world_size: int) -> SamplerFactory:
         runs = SampleRuns()
@@ -94,10 +93,8 @@ def plain_samplers(
                 opened_indexes=opened_indexes,
                 lock_timeout_s=config.streaming_sidecar_lock_timeout_s,
             )
-            resident = resident_episodes(config, rank_pool, len(episodes))
-            runs = SampleRuns.of(config, meta, samples.spec(meta), fetcher, resident)
+            runs = SampleRuns.of(config, meta, samples.spec(meta), fetcher, schedule, len(episodes))
         lengths = [int(meta.episodes.length[e]) for e in episodes]
-        schedule = ScheduleStart(seed=seed, rank_pool=rank_pool)
 
         @functools.cache
         def split(rank: int, num_workers: int) -> list[list[int]]:

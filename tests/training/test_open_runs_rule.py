@@ -1,0 +1,95 @@
+"""Open runs sized for the batch (issue 24 item 3).
+
+An episode's anchor runs are open at once so that its samples in one batch come from different runs;
+more runs than a batch needs mix a batch no better and cost every resident episode's decoders their
+frames. New runs open as many as the budget holds but no more than that need, record the rule in their
+identity, and a checkpoint of the versions before (no rule recorded: as many as the budget holds)
+resumes with its own rule, exactly.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from lerobot_nodes import StreamingConfig, StreamingLeRobotDataset, streaming_dataloader
+from lerobot_nodes.config import OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET
+from lerobot_nodes.resume.identity import OPEN_RUNS, open_runs_rule_of, with_open_runs_rule
+from lerobot_nodes.streaming_graph import MAX_OPEN_RUNS, ScheduleStart, batch_open_runs, open_runs_needed
+from lerobot_nodes.testing import write_dataset
+
+EPISODES, LENGTH, BATCH, SEED = 60, 12, 16, 3
+
+
+@pytest.fixture(scope="module")
+def short_episodes(tmp_path_factory):
+    """60 episodes of 12 frames, one camera, AV1 with GOPs of 2 (as LeRobot writes it): 6 runs each."""
+    return write_dataset(
+        tmp_path_factory.mktemp("open-runs") / "ds", episode_lengths=[LENGTH] * EPISODES,
+        cameras=("observation.images.top",), seed=4,
+    )  # fmt: skip
+
+
+def _dataset(root, **options) -> StreamingLeRobotDataset:
+    return StreamingLeRobotDataset(root=root, seed=SEED, return_uint8=True, config=StreamingConfig(**options))
+
+
+def _keys(batch) -> list[tuple[int, int]]:
+    return list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=True))
+
+
+def _epoch(dataset: StreamingLeRobotDataset) -> list[tuple[int, int]]:
+    loader = streaming_dataloader(dataset, BATCH, 0)
+    keys = [key for batch in loader for key in _keys(batch)]
+    dataset.close()
+    return keys
+
+
+def test_the_runs_a_batch_needs():
+    # A pool of at least a batch of episodes: each episode at most about once per batch, twice across rounds.
+    assert batch_open_runs(128, 128) == batch_open_runs(32, 40) == 2
+    # Fewer resident episodes than a batch's samples: each gives a batch several, one per run.
+    assert batch_open_runs(128, 16) == 3 and batch_open_runs(128, 6) == 7
+    assert batch_open_runs(None, 8) == 2  # the pool of 32 of a reader that does not know its batch size
+    config = StreamingConfig()
+    assert open_runs_needed(config, ScheduleStart(rank_pool=128), 128) == 2
+    assert open_runs_needed(config, ScheduleStart(rank_pool=128, open_runs_rule=OPEN_RUNS_FOR_BUDGET), 128) is None
+    # A pool size the user sets keeps the budget rule: its schedule never depends on the batch size.
+    assert open_runs_needed(StreamingConfig(streaming_episode_pool_size=16), ScheduleStart(rank_pool=128), 16) is None
+
+
+def test_a_new_run_opens_the_runs_its_batch_needs_and_records_the_rule(short_episodes):
+    dataset = _dataset(short_episodes)
+    loader = streaming_dataloader(dataset, BATCH, 0)
+    first = _keys(next(iter(loader)))
+    assert dataset.identity[OPEN_RUNS] == OPEN_RUNS_FOR_BATCH
+    assert dataset._graph is not None and dataset._graph.sampler.open_runs == 2  # the budget alone: 8
+    assert len({episode for episode, _ in first}) == BATCH  # a pool of 60 resident episodes: one sample each
+    dataset.close()
+    before = _dataset(short_episodes)
+    before.identity = with_open_runs_rule(before.identity, OPEN_RUNS_FOR_BUDGET)
+    next(iter(streaming_dataloader(before, BATCH, 0)))
+    assert before._graph is not None and before._graph.sampler.open_runs == MAX_OPEN_RUNS
+    before.close()
+
+
+def test_an_epoch_covers_every_frame_once_in_a_seeded_order(short_episodes):
+    first, again = _epoch(_dataset(short_episodes)), _epoch(_dataset(short_episodes))
+    assert collections.Counter(first) == {(e, f): 1 for e in range(EPISODES) for f in range(LENGTH)}
+    assert first == again
+
+
+@pytest.mark.parametrize("rule", [OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET])
+def test_a_step_resume_keeps_the_checkpoints_rule(short_episodes, rule):
+    steps = 7
+    checkpointed = _dataset(short_episodes)
+    checkpointed.identity = with_open_runs_rule(checkpointed.identity, rule)
+    full = _epoch(checkpointed)
+    identity = dict(checkpointed.identity)  # as a checkpoint records it (the loader has sized the pool)
+    assert (OPEN_RUNS in identity) == (rule == OPEN_RUNS_FOR_BATCH)  # the versions before recorded none
+
+    resumed = _dataset(short_episodes)
+    resumed.resume_from_step(steps, BATCH, num_workers=0, identity=identity)
+    assert open_runs_rule_of(resumed.identity) == rule
+    assert _epoch(resumed) == full[steps * BATCH :]
