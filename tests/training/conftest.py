@@ -18,3 +18,22 @@ def small_dataset(tmp_path_factory):
 def private_index_cache(tmp_path, monkeypatch):
     """Sidecar indexes go to a temporary LeRobot home, never the user's cache."""
     monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lerobot-home"))
+
+
+@pytest.fixture(autouse=True)
+def close_opened_datasets(monkeypatch):
+    """Every dataset a test opens is closed after it: without workers a dataset's graph (its fetch and
+    decode threads) lives in this process until closed, and would outlive the test into the next ones."""
+    from lerobot_nodes.dataset import StreamingLeRobotDataset
+
+    opened: list[StreamingLeRobotDataset] = []
+    original = StreamingLeRobotDataset.__init__
+
+    def opening(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, *args, **kwargs)
+        opened.append(self)
+
+    monkeypatch.setattr(StreamingLeRobotDataset, "__init__", opening)
+    yield
+    while opened:
+        opened.pop().close()
