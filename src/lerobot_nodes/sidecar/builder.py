@@ -143,28 +143,32 @@ def iter_parsed(
 
     At most ``workers`` files are parsed at once and at most ``workers`` finished results wait
     for the consumer, so memory is bounded by the concurrency, whatever the number of files.
-    On an error the pending parses are cancelled and the error propagates.
+    On an error, or when the consumer stops early (a stop signal raised in it, ``close()``), the
+    pending parses are cancelled and the error propagates at once: parses already running finish
+    in the background and their results are dropped (over a slow server, waiting for them could
+    outlast a stop signal's grace).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     pending: deque[tuple[SourceIdentity, Future[Mapping[str, np.ndarray]]]] = deque()
     remaining = iter(identities)
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sidecar-parse") as pool:
-        try:
-            for identity in remaining:
-                pending.append((identity, pool.submit(parse_identity, source, identity, parser)))
-                if len(pending) >= workers:
-                    break
-            while pending:
-                identity, future = pending.popleft()
-                arrays = dict(future.result())
-                next_identity = next(remaining, None)
-                if next_identity is not None:
-                    pending.append((next_identity, pool.submit(parse_identity, source, next_identity, parser)))
-                yield ParsedFile(identity, arrays)
-        finally:
-            for _, future in pending:
-                future.cancel()
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sidecar-parse")
+    finished = False
+    try:
+        for identity in remaining:
+            pending.append((identity, pool.submit(parse_identity, source, identity, parser)))
+            if len(pending) >= workers:
+                break
+        while pending:
+            identity, future = pending.popleft()
+            arrays = dict(future.result())
+            next_identity = next(remaining, None)
+            if next_identity is not None:
+                pending.append((next_identity, pool.submit(parse_identity, source, next_identity, parser)))
+            yield ParsedFile(identity, arrays)
+        finished = True
+    finally:
+        pool.shutdown(wait=finished, cancel_futures=True)
 
 
 @dataclass(frozen=True)
