@@ -257,3 +257,55 @@ def test_reading_columns_leaves_no_reference_cycle(wide_dataset):
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+class AdvisedSource(LocalSource):
+    """A local dataset root that remembers what it was advised to read ahead, and when."""
+
+    def __init__(self, root) -> None:
+        super().__init__(root)
+        self.events: list[tuple[str, str, list[tuple[int, int]]]] = []
+
+    def advise(self, path, ranges):
+        self.events.append(("advised", path, list(ranges)))
+        super().advise(path, ranges)
+
+    def _read_ranges(self, path, ranges):
+        self.events.append(("read", path, list(ranges)))
+        return super()._read_ranges(path, ranges)
+
+
+def test_each_episodes_file_advises_the_tail_of_the_next_before_it_is_parsed(wide_dataset):
+    """While a reader parses one ``meta/episodes`` file, the disk reads the next one's footer (a cold 1M-episode
+    open waited for the disk on every file: RESULTS 13)."""
+    root, expected = wide_dataset
+    files = _episode_files(root)
+    source = AdvisedSource(root)  # few files: read by threads of this process, so the events are seen here
+    meta = load_meta(source, table_cache=False)
+    np.testing.assert_array_equal(meta.episodes.length, expected.episodes.length)
+    advised = [(path, ranges) for kind, path, ranges in source.events if kind == "advised"]
+    assert [path for path, _ in advised] == files[1:]
+    for before, (path, ranges) in zip(files, advised, strict=False):
+        # The tail fetched of the file before it: its last 64 KiB, or its whole footer if longer.
+        before_size = (root / before).stat().st_size
+        footer_start = before_size - 8 - pq.read_metadata(root / before).serialized_size
+        before_tail = before_size - min(max(0, before_size - TAIL_GUESS), footer_start)
+        size = (root / path).stat().st_size
+        assert ranges == [(max(0, size - before_tail), size)], path
+    # Advised after its own footer was fetched, before its chunks were (the parse runs in between).
+    for index, path in enumerate(files[:-1]):
+        events = [(kind, p) for kind, p, _ in source.events if p in (path, files[index + 1])]
+        first_advice = events.index(("advised", files[index + 1]))
+        assert ("read", path) in events[:first_advice]
+
+
+def test_advising_a_local_source_never_fails_nor_changes_what_is_read(tmp_path):
+    data = bytes(range(256)) * 64
+    (tmp_path / "f.bin").write_bytes(data)
+    source = LocalSource(tmp_path)
+    for path, ranges in [("f.bin", [(0, 10), (100, 50_000)]), ("absent.bin", [(0, 1)]), ("../outside", [(0, 1)]),
+                         ("f.bin", [(5, 5), (-3, 2)])]:
+        source.advise(path, ranges)  # past the end, empty, negative, missing, outside the root: ignored
+    assert source.stats.requests == 0 and source.stats.bytes_read == 0
+    ranges = [(0, 10), (4000, 4100), (16000, 16384)]
+    assert source.read_ranges("f.bin", ranges) == [data[s:e] for s, e in ranges]

@@ -503,15 +503,22 @@ def _whole_meta_files(source: ByteSource) -> bool:
     return isinstance(source, ListedHttpSource)
 
 
-def _map_files(source: ByteSource, files: Sequence[FileInfo], read: Callable[[FileInfo], Any]) -> list[Any]:
+FileRead = Callable[[FileInfo, "FileInfo | None"], Any]
+"""Reads one file, given the file read after it by the same reader (``None``: none), whose bytes it
+may :meth:`~lerobot_nodes.sources.ByteSource.advise` the source of."""
+
+
+def _map_files(source: ByteSource, files: Sequence[FileInfo], read: FileRead) -> list[Any]:
     """``read`` of every file, in file order, a few at a time (the first error in file order raises).
 
     Many local files are read by forked processes where this process may fork
-    (:func:`_fork_readers`), else by threads."""
+    (:func:`_fork_readers`), else by threads. Each file is read with the one after it (a forked
+    reader reads a contiguous run of files, one at a time)."""
+    pairs = list(zip(files, [*files[1:], None], strict=True))
     processes = _fork_readers(source, files)
     if processes > 1:
         try:
-            counted = forked_map(functools.partial(_counted_read, source, read), files, processes)
+            counted = forked_map(functools.partial(_counted_read, source, read), pairs, processes)
         except ForkRefusedError as error:  # a process, memory or file limit: threads need none of that
             log.debug("reading %d meta/episodes files with threads: %s", len(files), error)
         else:
@@ -521,16 +528,18 @@ def _map_files(source: ByteSource, files: Sequence[FileInfo], read: Callable[[Fi
     limit = _LOCAL_READERS if isinstance(source, LocalSource) else _REMOTE_READERS
     workers = max(1, min(limit, len(files)))
     if workers == 1:
-        return [read(f) for f in files]
+        return [read(*pair) for pair in pairs]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lerobot-nodes-meta") as pool:
-        return list(pool.map(read, files))
+        return list(pool.map(read, files, [after for _, after in pairs]))
 
 
-def _counted_read(source: ByteSource, read: Callable[[FileInfo], Any], file: FileInfo) -> tuple[Any, ReadStats]:
-    """``read(file)`` and what it read of ``source`` (a forked reader's copy of it, whose counts the
+def _counted_read(
+    source: ByteSource, read: FileRead, pair: tuple[FileInfo, FileInfo | None]
+) -> tuple[Any, ReadStats]:
+    """``read(*pair)`` and what it read of ``source`` (a forked reader's copy of it, whose counts the
     parent adds to its own)."""
     before = dataclasses.replace(source.stats)
-    result = read(file)
+    result = read(*pair)
     after = source.stats
     return result, ReadStats(
         requests=after.requests - before.requests,
@@ -589,15 +598,20 @@ def _task_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str | Non
 
 
 def _read_episode_file(
-    source: ByteSource, file: FileInfo, int_names: Sequence[str], float_names: Sequence[str], whole: bool
+    source: ByteSource,
+    array_names: tuple[Sequence[str], Sequence[str]],
+    whole: bool,
+    file: FileInfo,
+    read_next: FileInfo | None,
 ) -> _EpisodeFileColumns:
     path = file.path
+    int_names, float_names = array_names
     wanted = [*int_names, *float_names, *EPISODE_OPTIONAL_COLUMNS]
-    table = read_columns(source, path, wanted, size=file.size, whole_file=whole).table
+    table = read_columns(source, path, wanted, size=file.size, whole_file=whole, read_next=read_next).table
     columns = {name: _int_column(table, name, path) for name in int_names}
     columns.update({name: _float_column(table, name, path) for name in float_names})
-    lengths, ids, names = _task_lists(table)
-    return _EpisodeFileColumns(table.num_rows, columns, lengths, ids, names)
+    lengths, ids, task_names = _task_lists(table)
+    return _EpisodeFileColumns(table.num_rows, columns, lengths, ids, task_names)
 
 
 def _merge_tasks(parts: Sequence[_EpisodeFileColumns]) -> EpisodeTasks:
@@ -735,7 +749,8 @@ def _parse_episodes(source: ByteSource, video_keys: Sequence[str], files: Sequen
     """The episodes table read from the Parquet ``files`` and checked."""
     int_names, float_names = _episode_array_names(video_keys)
     whole = _whole_meta_files(source)
-    parts = _map_files(source, files, lambda f: _read_episode_file(source, f, int_names, float_names, whole))
+    read = functools.partial(_read_episode_file, source, (int_names, float_names), whole)
+    parts = _map_files(source, files, read)
     merged = {
         name: np.concatenate([part.columns[name] for part in parts]) for name in [*int_names, *float_names]
     }
@@ -761,7 +776,11 @@ def load_episode_columns(source: ByteSource, columns: Sequence[str]) -> pa.Table
     files = _episode_files(source)
     whole = _whole_meta_files(source)
     reads = _map_files(
-        source, files, lambda f: read_columns(source, f.path, columns, size=f.size, whole_file=whole)
+        source,
+        files,
+        lambda file, read_next: read_columns(
+            source, file.path, columns, size=file.size, whole_file=whole, read_next=read_next
+        ),
     )
     missing = [name for name in columns if not any(name in r.schema.names for r in reads)]
     if missing:

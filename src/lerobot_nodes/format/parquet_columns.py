@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import MetadataError
-from ..sources import ByteRange, ByteSource
+from ..sources import ByteRange, ByteSource, FileInfo
 from ..sources.ranges import coalesce
 
 _FOOTER_GUESS = 64 * 1024
@@ -67,6 +67,13 @@ def fetch_footer_tail(source: ByteSource, path: str, size: int, guess: int = _FO
     second read, of the part the first one missed). Raises :class:`ValueError` naming ``path`` and
     what is wrong with it (callers give it their error type).
     """
+    pieces = _fetch_tail_pieces(source, path, size, guess)
+    return pieces[0][0], b"".join(piece for _, piece in pieces)
+
+
+def _fetch_tail_pieces(source: ByteSource, path: str, size: int, guess: int) -> list[tuple[int, bytes]]:
+    """:func:`fetch_footer_tail`'s reads as they came, each with where it starts, in file order
+    (a caller that puts them in a buffer of its own saves joining a footer of megabytes)."""
     if size < 12:
         raise ValueError(f"{path} is too small to be a Parquet file ({size} bytes)")
     tail_start = max(0, size - guess)
@@ -83,8 +90,8 @@ def fetch_footer_tail(source: ByteSource, path: str, size: int, guess: int = _FO
         missed = source.read_range(path, footer_start, tail_start)
         if len(missed) != tail_start - footer_start:
             raise ValueError(f"{path}: read {len(missed)} bytes of its footer's first {tail_start - footer_start}")
-        return footer_start, missed + tail
-    return tail_start, tail
+        return [(footer_start, missed), (tail_start, tail)]
+    return [(tail_start, tail)]
 
 
 def read_footer_tail(
@@ -145,9 +152,10 @@ def _leaves_of(reader: pq.ParquetReader, columns: Sequence[str]) -> list[int]:
 def _fetch_footer(source: ByteSource, path: str, size: int, fetched: _FetchedBytes) -> int:
     """Put the file's tail, ending with its whole footer, into ``fetched``; return where it starts
     (:func:`fetch_footer_tail`)."""
-    tail_start, tail = fetch_footer_tail(source, path, size)
-    fetched.put(tail_start, tail)
-    return tail_start
+    pieces = _fetch_tail_pieces(source, path, size, _FOOTER_GUESS)
+    for start, piece in pieces:
+        fetched.put(start, piece)
+    return pieces[0][0]
 
 
 def read_columns(
@@ -157,11 +165,15 @@ def read_columns(
     *,
     size: int | None = None,
     whole_file: bool = False,
+    read_next: FileInfo | None = None,
 ) -> ColumnRead:
     """The top-level ``columns`` of ``path`` that it has, in file order, reading only their bytes.
 
     ``size`` is the file's size if the caller knows it (saves an ``info`` call). The footer is
-    parsed once, from the fetched bytes.
+    parsed once, from the fetched bytes. ``read_next``: the file this reader reads after this one;
+    once this footer is fetched the source is advised of that file's tail, as long as this one's
+    (files of one table have footers of about one size), so a local disk reads it while this
+    one is parsed.
     """
     if whole_file:
         raw = source.read_file(path)
@@ -182,6 +194,8 @@ def read_columns(
     except ValueError as error:
         raise _unreadable(source, path, error) from None
     tail_length = size - tail_start
+    if read_next is not None:
+        source.advise(read_next.path, [(max(0, read_next.size - tail_length), read_next.size)])
     try:
         reader = _open_reader(fetched.buffer)
         schema = reader.schema_arrow

@@ -162,6 +162,12 @@ class ByteSource(ABC):
     def read_range(self, path: str, start: int, end: int) -> bytes:
         return self.read_ranges(path, [(start, end)])[0]
 
+    def advise(self, path: str, ranges: Sequence[ByteRange]) -> None:
+        """A hint that ``ranges`` of ``path`` will be read soon: a store that can start fetching them
+        in the background does (a local file: the kernel reads them ahead); others ignore it. Never
+        reads, counts or raises: a missing file or a range past its end is found by the read itself."""
+        return None
+
     @abstractmethod
     def _read_file(self, path: str) -> bytes: ...
 

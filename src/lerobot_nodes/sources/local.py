@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import SourceError, SourceFileNotFoundError
@@ -69,6 +70,16 @@ class LocalSource(ByteSource):
         except FileNotFoundError:
             raise SourceFileNotFoundError(f"{path} not found in dataset root {self.root}") from None
 
+    def advise(self, path: str, ranges: Sequence[ByteRange]) -> None:
+        try:
+            fd = os.open(self._full_path(path), os.O_RDONLY)
+        except (OSError, SourceError):
+            return
+        try:
+            _will_need(fd, ranges)
+        finally:
+            os.close(fd)
+
     def _read_ranges(self, path: str, ranges: list[ByteRange]) -> list[bytes]:
         full = self._full_path(path)
         try:
@@ -77,13 +88,30 @@ class LocalSource(ByteSource):
             raise SourceFileNotFoundError(f"{path} not found in dataset root {self.root}") from None
         try:
             size = os.fstat(fd).st_size
-            out = []
             for start, end in ranges:
                 if end > size:
                     raise SourceError(
                         f"byte range [{start}, {end}) of {path} reaches past its end ({size} bytes)"
                     )
-                out.append(os.pread(fd, end - start, start))
-            return out
+            if len(ranges) > 1:
+                _will_need(fd, ranges)
+            return [os.pread(fd, end - start, start) for start, end in ranges]
         finally:
             os.close(fd)
+
+
+_ADVISE = getattr(os, "posix_fadvise", None)
+
+
+def _will_need(fd: int, ranges: Sequence[ByteRange]) -> None:
+    """Ask the kernel to start reading every range now, all at once, before they are read one by one.
+
+    Scattered ranges (a ``meta/episodes`` file's wanted column chunks: 100 of ~2 KB, 80 KB apart)
+    read cold one after another wait for one disk request each; advised first, the requests are in
+    flight together and the reads find the pages cached. Costs a system call per range when they
+    are cached already (~1 us)."""
+    if _ADVISE is None:
+        return
+    for start, end in ranges:
+        if end > start >= 0:
+            _ADVISE(fd, start, end - start, os.POSIX_FADV_WILLNEED)

@@ -248,5 +248,5 @@ class ForkedReaderPeaks:
     def _measured_map(self, function: Any, items: Any, processes: int) -> list[Any]:
         pairs = self._forked_map(functools.partial(_measured_call, function), items, processes)
         self.calls.append((processes, max(kb for _, kb in pairs)))
-        self.items.extend(items)
+        self.items.extend(file for file, _ in items)  # (the file, the one its reader reads next)
         return [result for result, _ in pairs]
