@@ -8,9 +8,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lerobot_nodes import MetadataError, load_meta
-from lerobot_nodes.format.meta import EpisodeTasks, episode_columns, load_episode_columns
+from lerobot_nodes.format.meta import (
+    EpisodeTasks,
+    _EpisodeFileColumns,
+    _merge_tasks,
+    _task_lists,
+    episode_columns,
+    load_episode_columns,
+)
 from lerobot_nodes.format.parquet_columns import read_columns
 from lerobot_nodes.sources import LocalSource
 from lerobot_nodes.testing import write_dataset
@@ -309,3 +318,25 @@ def test_advising_a_local_source_never_fails_nor_changes_what_is_read(tmp_path):
     assert source.stats.requests == 0 and source.stats.bytes_read == 0
     ranges = [(0, 10), (4000, 4100), (16000, 16384)]
     assert source.read_ranges("f.bin", ranges) == [data[s:e] for s, e in ranges]
+
+
+_TASK_LISTS = st.lists(st.lists(st.sampled_from(["pick", "place", "push the red block", None]), max_size=3), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(files=st.lists(_TASK_LISTS, min_size=1, max_size=5))
+def test_tasks_merged_across_files_are_the_tasks_of_every_episode_in_order(files):
+    """Each file's tasks are encoded against its own vocabulary; merged, every episode has its own tasks again, and the
+    vocabulary holds each name once (a missing task too), the names of earlier files first."""
+    parts = []
+    for episodes in files:
+        table = pa.table({"tasks": pa.array(episodes, pa.list_(pa.string()))})
+        lengths, ids, names = _task_lists(table)
+        parts.append(_EpisodeFileColumns(table.num_rows, {}, lengths, ids, names))
+    merged = _merge_tasks(parts)
+    every_episode = [episode for episodes in files for episode in episodes]
+    assert list(merged) == every_episode
+    assert len(set(merged.names)) == len(merged.names)
+    assert set(merged.names) == {name for episode in every_episode for name in episode}
+    first_file = list(dict.fromkeys(name for episode in files[0] for name in episode if name is not None))
+    assert merged.names[: len(first_file)] == first_file

@@ -571,29 +571,37 @@ class _EpisodeFileColumns:
     columns: dict[str, np.ndarray]
     task_lengths: np.ndarray
     task_ids: np.ndarray
-    task_names: list[str | None]
+    task_names: pa.Array
+    """The file's task vocabulary (strings, a null for a missing task), in order of first appearance."""
 
 
-def _task_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
-    """Per-episode task counts, task ids into a file-local vocabulary, and that vocabulary."""
+_NO_TASK_NAMES = pa.array([], pa.large_string())
+
+
+def _task_lists(table: pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """Per-episode task counts, task ids into a file-local vocabulary, and that vocabulary.
+
+    The vocabulary stays an Arrow array (a file of 1,000 episodes may name 1,000 tasks: no Python
+    string per task until the merged vocabulary is built, once)."""
     if "tasks" not in table.column_names:
-        return np.zeros(table.num_rows, dtype=np.int64), np.zeros(0, dtype=np.int64), []
+        return np.zeros(table.num_rows, dtype=np.int64), np.zeros(0, dtype=np.int64), _NO_TASK_NAMES
     column = table.column("tasks")
     kind = column.type
     if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)):
         compact = EpisodeTasks.from_lists(list(t or []) for t in column.to_pylist())
-        return np.diff(compact.offsets), compact.ids.astype(np.int64), compact.names
+        names = pa.array(compact.names, pa.large_string())
+        return np.diff(compact.offsets), compact.ids.astype(np.int64), names
     lengths = _arrow_owned(pc.list_value_length(column).fill_null(0), pa.int64())
     flat = pc.list_flatten(column)
     flat = flat.combine_chunks() if isinstance(flat, pa.ChunkedArray) else flat
     if len(flat) == 0:
-        return lengths, np.zeros(0, dtype=np.int64), []
+        return lengths, np.zeros(0, dtype=np.int64), _NO_TASK_NAMES
     encoded = flat.dictionary_encode()
-    names = encoded.dictionary.to_pylist()
+    names = encoded.dictionary.cast(pa.large_string())
     indices = encoded.indices
     if indices.null_count:
         indices = indices.fill_null(len(names))
-        names.append(None)
+        names = pa.concat_arrays([names, pa.nulls(1, pa.large_string())])
     return lengths, _arrow_owned(indices, pa.int64()), names
 
 
@@ -615,19 +623,23 @@ def _read_episode_file(
 
 
 def _merge_tasks(parts: Sequence[_EpisodeFileColumns]) -> EpisodeTasks:
-    vocabulary: dict[str | None, int] = {}
+    """One vocabulary for every file's tasks, in order of first appearance across the files (a
+    missing task, null, is an entry of its own), and each file's task ids mapped into it."""
+    every_name = pa.concat_arrays([part.task_names for part in parts]) if parts else _NO_TASK_NAMES
+    # Dictionary encoding numbers the distinct names in order of first appearance: the vocabulary.
+    encoded = every_name.dictionary_encode(null_encoding="encode")
+    into_vocabulary = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
     ids = []
+    start = 0
     for part in parts:
-        remap = np.fromiter(
-            (vocabulary.setdefault(name, len(vocabulary)) for name in part.task_names),
-            dtype=np.int32,
-            count=len(part.task_names),
-        )
+        remap = into_vocabulary[start : start + len(part.task_names)]
+        start += len(part.task_names)
         ids.append(remap[part.task_ids])
     lengths = np.concatenate([part.task_lengths for part in parts])
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return EpisodeTasks(offsets, np.concatenate(ids).astype(np.int32, copy=False), list(vocabulary))
+    ids_array = np.concatenate(ids).astype(np.int32, copy=False) if ids else np.zeros(0, dtype=np.int32)
+    return EpisodeTasks(offsets, ids_array, encoded.dictionary.to_pylist())
 
 
 EPISODE_TABLE_KIND = "meta/episodes"
