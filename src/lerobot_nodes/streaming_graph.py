@@ -523,7 +523,9 @@ def build_streaming_graph(
     found_bad = (services.found_bad if services.found_bad is not None else set()) if skip_bad else None
     slots, recycled = None, None
     if batches is not None and in_batch:
-        slots, recycled = _batch_slots(batches, spec, meta, fetcher, samples.return_uint8, metrics)
+        slots, recycled = _batch_slots(
+            batches, spec, meta, fetcher, samples.return_uint8, metrics, config.streaming_decoded_queue_size
+        )
     decoder = DecodeMapper(
         prefetcher,
         # Behind a batcher without transforms the rows are gathered per batch (lerobot_nodes.sample.batch_rows).
@@ -576,8 +578,10 @@ def _batch_slots(
     fetcher: AnyEpisodeFetcher,
     return_uint8: bool,
     metrics: MetricsSink,
+    ahead_limit: int,
 ) -> tuple[BatchSlots | None, RecycledStorages | None]:
-    """Camera frames decoded straight into their batch (RGB cameras; depth is dequantised after)."""
+    """Camera frames decoded straight into their batch (RGB cameras; depth is dequantised after).
+    ``ahead_limit``: the samples the ordered buffer pulls ahead of the batcher."""
     cameras = {
         key: len(spec.offsets[key]) if spec.offsets is not None and key in spec.offsets else 1
         for key in spec.video_keys
@@ -600,5 +604,6 @@ def _batch_slots(
         return_uint8=return_uint8,
         shared_memory=batches.shared_memory,
         storages=recycled,
+        ahead_limit=ahead_limit,
     )
     return slots, recycled

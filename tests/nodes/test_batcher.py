@@ -7,7 +7,8 @@ import torch
 from torch.utils.data import default_collate
 from torchdata.nodes import BaseNode, IterableWrapper
 
-from lerobot_nodes.nodes.batcher import SampleBatcher, collate_into_one_storage
+from lerobot_nodes.batch_memory.batch_slots import BatchPlace, TemporaryPlace
+from lerobot_nodes.nodes.batcher import SampleBatcher, collate_into_one_storage, settle_temporary_places
 
 
 def _sample(i: int) -> dict:
@@ -201,3 +202,42 @@ def test_a_dropped_place_is_given_back_so_later_batches_are_whole_views_again() 
     assert all(batch_of_places(batch) is not None for batch in batches[2:])  # whole views again
     storages = {(place.batch.untyped_storage().data_ptr(), place.position) for place in [*handed, *later]}
     assert len(storages) == len(handed) + len(later)  # every place its own
+
+
+def _places(batch: torch.Tensor, temporary: set[int]) -> list[BatchPlace]:
+    """A column of places of ``batch``, those at ``temporary`` positions in storages of their own holding
+    what the batch would hold there (the batch itself holds zeros at those positions)."""
+    column: list[BatchPlace] = []
+    for position in range(len(batch)):
+        if position in temporary:
+            own = batch[position : position + 1].clone()
+            batch[position] = 0
+            column.append(TemporaryPlace(own, position, own.numpy()[0]))
+        else:
+            column.append(BatchPlace(batch, position, batch.numpy()[position]))
+    return column
+
+
+def test_temporary_places_are_copied_into_their_batch():
+    frames = torch.arange(6 * 2 * 3 * 4 * 5, dtype=torch.int64).reshape(6, 2, 3, 4, 5).to(torch.uint8)
+    batch = frames.clone()
+    settled = settle_temporary_places(_places(batch, {0, 1, 3}))
+    assert settled is not None and settled.data_ptr() == batch.data_ptr()  # the batch's own storage, no new one
+    assert torch.equal(settled, frames)
+    # A short last batch: the view of its first rows.
+    short = frames.clone()
+    settled = settle_temporary_places(_places(short, {0})[:4])
+    assert settled is not None and torch.equal(settled, frames[:4]) and settled.data_ptr() == short.data_ptr()
+
+
+def test_columns_that_are_not_one_batch_with_temporaries_are_left_to_the_copy():
+    frames = torch.zeros(4, 3, 2, 2, dtype=torch.uint8)
+    every = _places(frames.clone(), {0, 1, 2, 3})
+    assert settle_temporary_places(every) is None  # no batch storage to copy into
+    other = frames.clone()
+    mixed = _places(frames.clone(), {0})[:2] + _places(other, set())[2:]
+    assert settle_temporary_places(mixed) is None  # two batch storages
+    swapped = _places(frames.clone(), {0})
+    swapped[1], swapped[2] = swapped[2], swapped[1]
+    assert settle_temporary_places(swapped) is None  # out of order
+    assert settle_temporary_places([frames[0], frames[1]]) is None  # tensors, not places

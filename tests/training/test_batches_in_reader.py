@@ -227,3 +227,39 @@ def test_a_batch_across_workers_holds_samples_of_every_workers_share(small_datas
             assert all(share == expected for share in shares[:-1])  # the epoch's tail may hold one worker's only
     finally:
         shutdown_dataloader(loader)
+
+
+AHEAD_APART = StreamingConfig(**{**CONFIG.as_dict(), "streaming_decoded_queue_size": 2})
+"""Two samples run ahead of a batch of 8: the samples that run into the next batch while a step holds one go to
+temporary places (a batch holds at least 4x the samples that run ahead)."""
+
+
+def test_samples_run_ahead_wait_apart_instead_of_in_a_third_batch(small_dataset):
+    """With 0 workers, a training loop holds one batch while the next is assembled; a sample that runs ahead into
+    the batch after waits in a storage of its own and is copied into its batch once the step let go of one: two
+    batch storages in use, never three, and every batch exactly the map-style reader's samples."""
+    dataset = _dataset(small_dataset, AHEAD_APART)
+    loader = streaming_dataloader(dataset, batch_size=8, num_workers=0)
+    reference = MapStyleLeRobotDataset(root=small_dataset, delta_timestamps=WINDOW, return_uint8=True)
+    starts = {e: reference.meta.episode_bounds(e)[0] for e in reference.episodes}
+    try:
+        for _epoch in range(2):
+            delivered = 0
+            for batch in loader:  # the loop holds this batch while the next one is assembled
+                for position, (episode, frame) in enumerate(
+                    zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=True)
+                ):
+                    sample = reference[starts[episode] + frame]
+                    for key, value in sample.items():
+                        if isinstance(value, torch.Tensor):
+                            assert torch.equal(batch[key][position], value), (key, episode, frame)
+                    delivered += 1
+            assert delivered == reference.num_frames
+        report = dataset.metrics.report()
+        batches = -(-reference.num_frames // 8) * 2
+        # Every batch in a recycled storage (none copied whole), two of them created in all.
+        assert report.batch_segments_created + report.batch_segments_reused == batches, report
+        assert report.batch_segments_created == 2, report
+    finally:
+        shutdown_dataloader(loader)
+        dataset.close()

@@ -10,6 +10,13 @@ already in place and copies nothing (:func:`~lerobot_nodes.nodes.batcher.collate
 Samples are submitted in schedule order and delivered in the same order, so the ``n``-th
 sample submitted since the last reset is sample ``n % batch_size`` of batch ``n // batch_size``
 (the batcher's count from the same reset).
+
+In the training process itself (``num_workers=0``, storages in process memory) a sample that runs
+ahead into the next batch while the training step still holds one batch and the batcher fills
+another is decoded into a small storage of its own (a :class:`TemporaryPlace`) instead of a third
+batch storage; the batcher copies it into its batch's storage, taken once the step let go of its
+batch (:func:`~lerobot_nodes.nodes.batcher.settle_temporary_places`). The decoding that overlaps a
+training step is kept; the batch of frames it would have cost is not (issue 24).
 """
 
 from __future__ import annotations
@@ -48,12 +55,33 @@ class BatchPlace:
         return self.batch[self.position]
 
 
+class TemporaryPlace(BatchPlace):
+    """A sample's frames in a storage of their own, to be copied to ``position`` of its batch once
+    the batch has a storage (see the module). ``batch`` holds this sample alone."""
+
+    __slots__ = ()
+
+    def tensor(self) -> torch.Tensor:
+        return self.batch[0]
+
+
+STORAGES_A_STEP_NEEDS = 2
+"""Batch storages in use while nothing runs ahead: the batch a training step holds and the one the
+batcher fills for its next ``next()``."""
+
+TEMPORARIES_WORTH_IT = 4
+"""Samples run ahead into temporary places only where a batch holds at least this many times the
+samples that can run ahead: below that the temporaries would hold about a batch and cost copying it."""
+
+
 class BatchSlots:
     """Hands out, for each submitted sample, views of its place in the batch's camera tensors.
 
     ``cameras`` maps each camera written in place to its frames per sample ``T``. Used from
     the thread that submits samples (the consumer); the views are written by the decode threads.
     With ``storages``, each batch's camera storage is taken from there (recycled shared memory).
+    ``ahead_limit``: the samples the consumer's buffer pulls ahead of it; with storages in process
+    memory, up to that many samples of a batch started ahead go to temporary places (:class:`TemporaryPlace`).
     """
 
     def __init__(
@@ -65,6 +93,7 @@ class BatchSlots:
         return_uint8: bool,
         shared_memory: bool,
         storages: RecycledStorages | None = None,
+        ahead_limit: int = 0,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -78,6 +107,15 @@ class BatchSlots:
         self._submitted = 0
         # Each camera's batch being filled: its collated view and the numpy array the places index.
         self._batches: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
+        self.ahead_limit = ahead_limit
+        self._temporaries = (
+            storages is not None
+            and not storages.shared
+            and ahead_limit > 0
+            and ahead_limit * TEMPORARIES_WORTH_IT <= batch_size
+        )
+        # Whether the next sample is pulled ahead of the consumer (may_start_ahead() said yes to it).
+        self._ahead = False
 
     def may_start_ahead(self) -> bool:
         """Whether the next sample may be submitted before the consumer asks for it.
@@ -90,6 +128,9 @@ class BatchSlots:
         pulls while it holds nothing), so this changes when a batch starts, never which samples it holds.
         """
         starts_storage = self._submitted % self.batch_size == 0 or not self._batches
+        if self._temporaries:
+            self._ahead = True  # the next sample is pulled ahead: it may wait in a temporary place
+            return True
         if self.storages is None or not self.storages.shared or not starts_storage:
             return True
         return self.storages.has_released()
@@ -98,17 +139,36 @@ class BatchSlots:
         """Forget the batch being filled: the next sample starts a new one."""
         self._submitted = 0
         self._batches = {}
+        self._ahead = False
 
     def next_slot(self, episode: int) -> dict[str, BatchPlace]:
         """The place of each camera's frames for the next submitted sample (of ``episode``)."""
+        ahead, self._ahead = self._ahead, False
         position = self._submitted % self.batch_size
-        if position == 0 or not self._batches:
-            self._batches = {
-                key: (tensor.squeeze(1) if self.cameras[key] == 1 else tensor, tensor.numpy())
-                for key, tensor in self._allocate(episode).items()
-            }
+        if position == 0:
+            self._batches = {}
+        if not self._batches:
+            if ahead and self._temporaries and position < self.ahead_limit and self._storages_taken():
+                self._submitted += 1
+                return {
+                    key: TemporaryPlace(batch, position, frames[0])
+                    for key, (batch, frames) in self._collated(self._allocate(episode, rows=1)).items()
+                }
+            self._batches = self._collated(self._allocate(episode))
         self._submitted += 1
         return {key: BatchPlace(batch, position, frames[position]) for key, (batch, frames) in self._batches.items()}
+
+    def _storages_taken(self) -> bool:
+        """Whether a new batch storage now would be one more than a training step needs."""
+        assert self.storages is not None
+        return self.storages.in_use() >= STORAGES_A_STEP_NEEDS
+
+    def _collated(self, tensors: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, np.ndarray]]:
+        """Each camera's tensor as a sample would be collated (``T`` dropped for one frame), and its numpy view."""
+        return {
+            key: (tensor.squeeze(1) if self.cameras[key] == 1 else tensor, tensor.numpy())
+            for key, tensor in tensors.items()
+        }
 
     def forget_place(self) -> None:
         """A sample handed a place was dropped (``streaming_bad_episodes=skip``): the next sample takes
@@ -121,9 +181,13 @@ class BatchSlots:
         self._submitted -= 1
         self._batches = {}
 
-    def _allocate(self, episode: int) -> dict[str, torch.Tensor]:
+    def _allocate(self, episode: int, rows: int | None = None) -> dict[str, torch.Tensor]:
+        """A batch's camera tensors in one storage (recycled where ``storages`` is given), or with
+        ``rows``, that many samples' in a storage of their own."""
         specs = []
         for key, frames in self.cameras.items():
             height, width = self.frame_size(key, episode)
-            specs.append((key, self.dtype, (self.batch_size, frames, 3, height, width)))
+            specs.append((key, self.dtype, (rows or self.batch_size, frames, 3, height, width)))
+        if rows is not None:
+            return tensors_in_one_storage(specs, self.shared_memory)
         return tensors_in_one_storage(specs, self.shared_memory, self.storages.take if self.storages else None)

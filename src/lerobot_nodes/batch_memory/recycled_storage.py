@@ -111,6 +111,10 @@ class RecycledStorages:
         self.metrics.add("batch_segments_created", 1)
         return created
 
+    def in_use(self) -> int:
+        """Kept storages not :data:`RELEASED`: a receiver holds them, or a batch is being written into one."""
+        return sum(storage[storage.nbytes() - TRAILER_BYTES] != RELEASED for storage in self._kept)
+
     def has_released(self) -> bool:
         """Whether a kept storage is :data:`RELEASED` (:meth:`take` can reuse it instead of creating one,
         when its size fits)."""

@@ -29,7 +29,7 @@ import torch
 from torch.utils.data import default_collate
 from torchdata.nodes import BaseNode
 
-from ..batch_memory.batch_slots import BatchPlace
+from ..batch_memory.batch_slots import BatchPlace, TemporaryPlace
 from ..batch_memory.recycled_storage import RecycledBatch, RecycledStorages
 from ..batch_memory.storage_views import tensors_in_one_storage, view_of
 from ..sample.batch_rows import PartialSample, dataset_indexes, gather_rows, row_layout
@@ -112,6 +112,25 @@ def batch_of_places(column: Sequence[Any]) -> torch.Tensor | None:
     return batch if len(column) == len(batch) else batch[: len(column)]
 
 
+def settle_temporary_places(column: Sequence[Any]) -> torch.Tensor | None:
+    """The batch of ``column`` as one view when its places are those of one batch in order from its
+    first, some of them temporary (:class:`~lerobot_nodes.batch_memory.batch_slots.TemporaryPlace`): their
+    frames are copied into their positions of the batch first. None when the column is anything
+    else (no place in a batch storage, two storages, another order): the caller copies it whole."""
+    batch = next((place.batch for place in column if type(place) is BatchPlace), None)
+    if batch is None:
+        return None
+    for position, place in enumerate(column):
+        if not isinstance(place, BatchPlace) or place.position != position:
+            return None
+        if type(place) is BatchPlace and place.batch is not batch:
+            return None
+    for place in column:
+        if isinstance(place, TemporaryPlace):
+            np.copyto(batch[place.position].numpy(), place.tensor().numpy())
+    return batch if len(column) == len(batch) else batch[: len(column)]
+
+
 def _completed(sample: PartialSample) -> dict[str, Any]:
     """The whole sample, its cameras written in place as views of their batch (which the collate recognises)."""
     cameras = {key: value.tensor() if isinstance(value, BatchPlace) else value for key, value in sample.cameras.items()}
@@ -135,6 +154,8 @@ def collate_partial_samples(samples: Sequence[PartialSample], shared: bool) -> d
     for key in first.cameras:
         column = [sample.cameras[key] for sample in samples]
         cameras[key] = batch_of_places(column)
+        if cameras[key] is None:
+            cameras[key] = settle_temporary_places(column)
         if cameras[key] is None:
             tensors = [value.tensor() if isinstance(value, BatchPlace) else value for value in column]
             cameras[key] = assembled_in_place(tensors)
