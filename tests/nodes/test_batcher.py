@@ -7,7 +7,8 @@ import torch
 from torch.utils.data import default_collate
 from torchdata.nodes import BaseNode, IterableWrapper
 
-from lerobot_nodes.batch_memory.batch_slots import BatchPlace, TemporaryPlace
+from lerobot_nodes.batch_memory.batch_slots import BatchPlace, BatchSlots, TemporaryPlace
+from lerobot_nodes.batch_memory.recycled_storage import IN_PROCESS_KEEP, RELEASED, TRAILER_BYTES, RecycledStorages
 from lerobot_nodes.nodes.batcher import SampleBatcher, collate_into_one_storage, settle_temporary_places
 
 
@@ -241,3 +242,57 @@ def test_columns_that_are_not_one_batch_with_temporaries_are_left_to_the_copy():
     swapped[1], swapped[2] = swapped[2], swapped[1]
     assert settle_temporary_places(swapped) is None  # out of order
     assert settle_temporary_places([frames[0], frames[1]]) is None  # tensors, not places
+
+
+def _release(place: BatchPlace) -> None:
+    """What the training step does when it lets go of the batch of ``place``: marks its storage released."""
+    storage = place.batch.untyped_storage()
+    storage[storage.nbytes() - TRAILER_BYTES] = RELEASED
+
+
+def test_samples_run_ahead_of_two_held_batches_wait_in_temporaries_that_are_written_again():
+    storages = RecycledStorages(IN_PROCESS_KEEP, shared=False)
+    slots = BatchSlots(8, {"cam": 1}, lambda key, episode: (2, 3), return_uint8=True, shared_memory=False,
+                       storages=storages, ahead_limit=2)
+
+    def submit(count: int, ahead: bool) -> list[BatchPlace]:
+        places = []
+        for _ in range(count):
+            if ahead:
+                assert slots.may_start_ahead()
+            places.append(slots.next_slot(0)["cam"])
+        return places
+
+    first = submit(8, ahead=False)  # the batch the step will hold
+    second = submit(8, ahead=True)  # the batch being filled: a second storage, nothing held apart yet
+    assert storages.created == 2 and first[0].batch.data_ptr() != second[0].batch.data_ptr()
+    third = submit(2, ahead=True)  # run ahead while both are in use: temporaries, not a third storage
+    assert all(type(place) is TemporaryPlace for place in third) and storages.created == 2
+    assert [place.position for place in third] == [0, 1]
+    _release(first[0])  # the step let go of the first batch
+    third += submit(6, ahead=True)  # the rest of the third batch: in the first one's storage, at their positions
+    assert all(type(place) is BatchPlace for place in third[2:]) and storages.created == 2 and storages.reused == 1
+    assert third[2].batch.data_ptr() == first[0].batch.data_ptr() and [p.position for p in third[2:]] == list(range(2, 8))
+    _release(second[0])
+    fourth = submit(2, ahead=True)  # the fourth batch runs ahead while the third is held and... only one in use
+    assert all(type(place) is BatchPlace for place in fourth)
+    _release(third[2])
+    fifth = submit(6, ahead=False) + submit(8, ahead=False)  # the fourth batch, then the fifth held with it
+    fifth_storage = fifth[-1].batch
+    sixth = submit(2, ahead=True)  # fourth and fifth in use: temporaries again, those of the third batch written again
+    assert all(type(place) is TemporaryPlace for place in sixth)
+    assert {p.batch.data_ptr() for p in sixth} == {p.batch.data_ptr() for p in third[:2]}
+    assert fifth_storage.data_ptr() != sixth[0].batch.data_ptr()
+    slots.reset()  # a reset never hands out a temporary a cancelled decode may still write
+    _release(fourth[0])
+    _release(fifth[-1])
+    assert all(type(place) is BatchPlace for place in submit(2, ahead=True))
+
+
+def test_no_temporaries_where_a_batch_is_not_much_larger_than_what_runs_ahead():
+    storages = RecycledStorages(IN_PROCESS_KEEP, shared=False)
+    slots = BatchSlots(7, {"cam": 1}, lambda key, episode: (2, 3), return_uint8=True, shared_memory=False,
+                       storages=storages, ahead_limit=2)
+    for _ in range(7 * 4):
+        assert slots.may_start_ahead()
+        assert type(slots.next_slot(0)["cam"]) is BatchPlace  # temporaries would hold about a batch here

@@ -116,6 +116,9 @@ class BatchSlots:
         )
         # Whether the next sample is pulled ahead of the consumer (may_start_ahead() said yes to it).
         self._ahead = False
+        # Temporary storages by the batch they were handed out for, and those free to write again.
+        self._temporaries_of: dict[int, list[dict[str, torch.Tensor]]] = {}
+        self._idle_temporaries: list[dict[str, torch.Tensor]] = []
 
     def may_start_ahead(self) -> bool:
         """Whether the next sample may be submitted before the consumer asks for it.
@@ -140,6 +143,9 @@ class BatchSlots:
         self._submitted = 0
         self._batches = {}
         self._ahead = False
+        # A cancelled decode may still write into a temporary: none is handed out again.
+        self._temporaries_of = {}
+        self._idle_temporaries = []
 
     def next_slot(self, episode: int) -> dict[str, BatchPlace]:
         """The place of each camera's frames for the next submitted sample (of ``episode``)."""
@@ -149,14 +155,39 @@ class BatchSlots:
             self._batches = {}
         if not self._batches:
             if ahead and self._temporaries and position < self.ahead_limit and self._storages_taken():
+                tensors = self._temporary(episode, self._submitted // self.batch_size)
                 self._submitted += 1
                 return {
                     key: TemporaryPlace(batch, position, frames[0])
-                    for key, (batch, frames) in self._collated(self._allocate(episode, rows=1)).items()
+                    for key, (batch, frames) in self._collated(tensors).items()
                 }
             self._batches = self._collated(self._allocate(episode))
         self._submitted += 1
         return {key: BatchPlace(batch, position, frames[position]) for key, (batch, frames) in self._batches.items()}
+
+    def _temporary(self, episode: int, batch_number: int) -> dict[str, torch.Tensor]:
+        """One sample's camera tensors in a storage of their own: a settled one written again, or a new one.
+
+        The temporaries of batch ``n`` are free again from batch ``n + 2`` on: a sample runs at most
+        ``ahead_limit`` samples ahead of the batcher and a batch holds at least four times that, so
+        the batcher has collated batch ``n`` (copied its temporaries, whose decodes it waited for)
+        before any sample of batch ``n + 2`` is submitted. Reusing them saves the page faults of a
+        new storage per sample."""
+        for number in [n for n in self._temporaries_of if n <= batch_number - 2]:
+            self._idle_temporaries.extend(self._temporaries_of.pop(number))
+        del self._idle_temporaries[2 * self.ahead_limit :]
+        wanted = {key: shape for key, _, shape in self._specs(episode, 1)}
+        reusable = next(
+            (
+                i
+                for i, tensors in enumerate(self._idle_temporaries)
+                if {key: tuple(tensor.shape) for key, tensor in tensors.items()} == wanted
+            ),
+            None,
+        )
+        tensors = self._idle_temporaries.pop(reusable) if reusable is not None else self._allocate(episode, rows=1)
+        self._temporaries_of.setdefault(batch_number, []).append(tensors)
+        return tensors
 
     def _storages_taken(self) -> bool:
         """Whether a new batch storage now would be one more than a training step needs."""
@@ -181,13 +212,18 @@ class BatchSlots:
         self._submitted -= 1
         self._batches = {}
 
+    def _specs(self, episode: int, rows: int) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
+        """``(camera, dtype, shape)`` of ``rows`` samples of ``episode``, as their storage holds them."""
+        specs: list[tuple[str, torch.dtype, tuple[int, ...]]] = []
+        for key, frames in self.cameras.items():
+            height, width = self.frame_size(key, episode)
+            specs.append((key, self.dtype, (rows, frames, 3, height, width)))
+        return specs
+
     def _allocate(self, episode: int, rows: int | None = None) -> dict[str, torch.Tensor]:
         """A batch's camera tensors in one storage (recycled where ``storages`` is given), or with
         ``rows``, that many samples' in a storage of their own."""
-        specs = []
-        for key, frames in self.cameras.items():
-            height, width = self.frame_size(key, episode)
-            specs.append((key, self.dtype, (rows or self.batch_size, frames, 3, height, width)))
+        specs = self._specs(episode, rows or self.batch_size)
         if rows is not None:
             return tensors_in_one_storage(specs, self.shared_memory)
         return tensors_in_one_storage(specs, self.shared_memory, self.storages.take if self.storages else None)

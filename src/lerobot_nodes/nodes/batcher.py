@@ -132,8 +132,14 @@ def settle_temporary_places(column: Sequence[Any]) -> torch.Tensor | None:
 
 
 def _completed(sample: PartialSample) -> dict[str, Any]:
-    """The whole sample, its cameras written in place as views of their batch (which the collate recognises)."""
-    cameras = {key: value.tensor() if isinstance(value, BatchPlace) else value for key, value in sample.cameras.items()}
+    """The whole sample, its cameras written in place as views of their batch (which the collate recognises);
+    frames in a temporary storage, which is written again for a later batch, as a copy."""
+    cameras = {
+        key: (value.tensor().clone() if isinstance(value, TemporaryPlace) else value.tensor())
+        if isinstance(value, BatchPlace)
+        else value
+        for key, value in sample.cameras.items()
+    }
     return dataclasses.replace(sample, cameras=cameras).complete()
 
 
@@ -158,7 +164,9 @@ def collate_partial_samples(samples: Sequence[PartialSample], shared: bool) -> d
             cameras[key] = settle_temporary_places(column)
         if cameras[key] is None:
             tensors = [value.tensor() if isinstance(value, BatchPlace) else value for value in column]
-            cameras[key] = assembled_in_place(tensors)
+            # A temporary storage is written again for a later batch: never a batch's own.
+            temporary = any(isinstance(value, TemporaryPlace) for value in column)
+            cameras[key] = None if temporary else assembled_in_place(tensors)
             if cameras[key] is None:
                 copied[key] = tensors
     specs = [(key, tensors[0].dtype, (count, *tensors[0].shape)) for key, tensors in copied.items()]
