@@ -8,7 +8,12 @@ from torch.utils.data import default_collate
 from torchdata.nodes import BaseNode, IterableWrapper
 
 from lerobot_nodes.batch_memory.batch_slots import BatchPlace, BatchSlots, TemporaryPlace
-from lerobot_nodes.batch_memory.recycled_storage import IN_PROCESS_KEEP, RELEASED, TRAILER_BYTES, RecycledStorages
+from lerobot_nodes.batch_memory.recycled_storage import (
+    IN_PROCESS_KEEP,
+    RELEASED,
+    TRAILER_BYTES,
+    RecycledStorages,
+)
 from lerobot_nodes.nodes.batcher import SampleBatcher, collate_into_one_storage, settle_temporary_places
 
 
