@@ -30,6 +30,18 @@ def _joined(parts: list[dict]) -> dict:
     }
 
 
+def _assert_map_style_samples(batch: dict, reference: MapStyleLeRobotDataset, starts: dict[int, int]) -> int:
+    """Every sample of ``batch`` is the map-style reader's for its ``(episode, frame)``; returns how many."""
+    pairs = list(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=True))
+    for position, (episode, frame) in enumerate(pairs):
+        for key, value in reference[starts[episode] + frame].items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(batch[key][position], value), (key, episode, frame)
+            else:
+                assert batch[key][position] == value, (key, episode, frame)
+    return len(pairs)
+
+
 def _assert_batches_equal(got: dict, expected: dict) -> None:
     assert list(got) == list(expected)
     for key, value in expected.items():
@@ -59,16 +71,7 @@ def test_an_epoch_of_batches_equals_the_per_sample_loader_and_map_style(small_da
         delivered = 0
         for got, expected in zip(ours, theirs, strict=True):
             _assert_batches_equal(got, expected)
-            for position, (episode, frame) in enumerate(
-                zip(got["episode_index"].tolist(), got["frame_index"].tolist(), strict=True)
-            ):
-                sample = reference[starts[episode] + frame]
-                for key, value in sample.items():
-                    if isinstance(value, torch.Tensor):
-                        assert torch.equal(got[key][position], value), (key, episode, frame)
-                    else:
-                        assert got[key][position] == value, (key, episode, frame)
-                delivered += 1
+            delivered += _assert_map_style_samples(got, reference, starts)
         assert delivered == reference.num_frames
     finally:
         shutdown_dataloader(batched)
@@ -246,14 +249,7 @@ def test_samples_run_ahead_wait_apart_instead_of_in_a_third_batch(small_dataset)
         for _epoch in range(2):
             delivered = 0
             for batch in loader:  # the loop holds this batch while the next one is assembled
-                for position, (episode, frame) in enumerate(
-                    zip(batch["episode_index"].tolist(), batch["frame_index"].tolist(), strict=True)
-                ):
-                    sample = reference[starts[episode] + frame]
-                    for key, value in sample.items():
-                        if isinstance(value, torch.Tensor):
-                            assert torch.equal(batch[key][position], value), (key, episode, frame)
-                    delivered += 1
+                delivered += _assert_map_style_samples(batch, reference, starts)
             assert delivered == reference.num_frames
         report = dataset.metrics.report()
         batches = -(-reference.num_frames // 8) * 2
