@@ -67,13 +67,6 @@ def fetch_footer_tail(source: ByteSource, path: str, size: int, guess: int = _FO
     second read, of the part the first one missed). Raises :class:`ValueError` naming ``path`` and
     what is wrong with it (callers give it their error type).
     """
-    pieces = _fetch_tail_pieces(source, path, size, guess)
-    return pieces[0][0], b"".join(piece for _, piece in pieces)
-
-
-def _fetch_tail_pieces(source: ByteSource, path: str, size: int, guess: int) -> list[tuple[int, bytes]]:
-    """:func:`fetch_footer_tail`'s reads as they came, each with where it starts, in file order
-    (a caller that puts them in a buffer of its own saves joining a footer of megabytes)."""
     if size < 12:
         raise ValueError(f"{path} is too small to be a Parquet file ({size} bytes)")
     tail_start = max(0, size - guess)
@@ -90,8 +83,8 @@ def _fetch_tail_pieces(source: ByteSource, path: str, size: int, guess: int) -> 
         missed = source.read_range(path, footer_start, tail_start)
         if len(missed) != tail_start - footer_start:
             raise ValueError(f"{path}: read {len(missed)} bytes of its footer's first {tail_start - footer_start}")
-        return [(footer_start, missed), (tail_start, tail)]
-    return [(tail_start, tail)]
+        return footer_start, missed + tail
+    return tail_start, tail
 
 
 def read_footer_tail(
@@ -152,10 +145,9 @@ def _leaves_of(reader: pq.ParquetReader, columns: Sequence[str]) -> list[int]:
 def _fetch_footer(source: ByteSource, path: str, size: int, fetched: _FetchedBytes) -> int:
     """Put the file's tail, ending with its whole footer, into ``fetched``; return where it starts
     (:func:`fetch_footer_tail`)."""
-    pieces = _fetch_tail_pieces(source, path, size, _FOOTER_GUESS)
-    for start, piece in pieces:
-        fetched.put(start, piece)
-    return pieces[0][0]
+    tail_start, tail = fetch_footer_tail(source, path, size)
+    fetched.put(tail_start, tail)
+    return tail_start
 
 
 def read_columns(
