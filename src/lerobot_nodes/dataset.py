@@ -26,6 +26,7 @@ from typing import Any, cast
 from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.nodes.samplers.utils import get_rank_and_world_size
 
+from .batch_memory.batch_ring import BatchRing, CameraSpec
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT
 from .config import BAD_EPISODES_SKIP, StreamingConfig, default_rank_pool_size, resolve_seed, split_evenly
 from .dataset_doctor import BadEpisodes, open_checked
@@ -74,6 +75,7 @@ from .streaming_graph import (
     ScheduleStart,
     StreamingGraph,
     build_streaming_graph,
+    ring_cameras,
 )
 from .workers.lifeline import guard_forkserver, guard_worker
 from .workers.main_guard import exit_if_reimporting_main
@@ -271,6 +273,8 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         self.batches_in_flight = DEFAULT_BATCHES_IN_FLIGHT
         # Workers whose parts the loader joins into each batch (1: a batch comes from one worker).
         self.batches_across_workers = 1
+        # The shared batches the workers' parts are written into (streaming_dataloader sets it).
+        self.batch_ring: BatchRing | None = None
         self.seed = resolve_seed(seed)
         detected_rank, detected_world = get_rank_and_world_size()
         self.rank = detected_rank if rank is None else int(rank)
@@ -511,6 +515,10 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
                 self._part_size(schedule_worker, num_workers),
                 shared_memory=num_workers > 0,
                 batches_in_flight=self.batches_in_flight,
+                # Worker w fills its rows of the ring's batches: rows by DataLoader worker, the order the
+                # parts arrive in (the ring checks that the part's size is that worker's share).
+                ring=self.batch_ring if num_workers > 1 and self.batches_across_workers == num_workers else None,
+                ring_worker=worker_id,
             ),
             services=GraphServices(
                 opened_indexes=self._indexes, metrics=WorkerMetrics(self.counters, row=worker_id % MAX_METRIC_ROWS),
@@ -524,6 +532,13 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
         if self.batches_across_workers <= 1 or num_workers <= 1:
             return self.batch_size
         return split_evenly(self.batch_size, self.batches_across_workers, schedule_worker)
+
+    def ring_cameras(self) -> list[CameraSpec] | None:
+        """The cameras as the workers write them into a batch ring (``streaming_graph.ring_cameras``);
+        None where they are not known before the first batch (the ring then makes its slots from it)."""
+        if self._weighted_parts is not None or not isinstance(self.meta, DatasetMeta):
+            return None
+        return ring_cameras(self._sample_options(), self.meta)
 
     def _sample_options(self, transforms_on_consumer: bool = False) -> SampleOptions:
         return SampleOptions(

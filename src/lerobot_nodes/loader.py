@@ -20,6 +20,7 @@ import threading
 import weakref
 from typing import Any
 
+from .batch_memory.batch_ring import BatchRing
 from .batch_memory.worker_parts import JoinedParts
 from .dataset import StreamingLeRobotDataset
 from .errors import ConfigError
@@ -107,9 +108,19 @@ def streaming_dataloader(dataset: StreamingLeRobotDataset, batch_size: int, num_
             multiprocessing_context=context,
             worker_init_fn=GuardedWorkerInit(relay.worker_init_fn(kwargs.pop("worker_init_fn", None))),
         )
+    # The workers write their parts into these shared batches, so joining them copies no frames (a
+    # pinned batch is a copy anyway): one per batch in flight and one for the part a worker starts
+    # as the training process receives the last part of the batch before (fewer: measured, every
+    # other part written apart and copied).
+    ring = (
+        BatchRing(dataset.batches_in_flight + 1, num_workers, int(batch_size), dataset.ring_cameras())
+        if across and not pin_parts
+        else None
+    )
+    dataset.batch_ring = ring
     options.update(kwargs)
     loader = (
-        _joining_loader_class()(dataset, parts=num_workers, pin_parts=pin_parts, **options)
+        _joining_loader_class()(dataset, parts=num_workers, pin_parts=pin_parts, ring=ring, **options)
         if across
         else StatefulDataLoader(dataset, **options)
     )
@@ -138,13 +149,16 @@ def _joining_loader_class() -> type:
         """Batches of ``parts`` consecutive worker parts (:class:`JoinedParts`); the state is the
         DataLoader's own, read between batches, so at a batch boundary."""
 
-        def __init__(self, *args: Any, parts: int, pin_parts: bool = False, **kwargs: Any) -> None:
+        def __init__(
+            self, *args: Any, parts: int, pin_parts: bool = False, ring: BatchRing | None = None, **kwargs: Any
+        ) -> None:
             super().__init__(*args, **kwargs)
             self.parts = parts
             self.pin_parts = pin_parts
+            self.ring = ring
 
         def __iter__(self) -> Any:
-            return JoinedParts(super().__iter__(), self.parts, pin_memory=self.pin_parts)
+            return JoinedParts(super().__iter__(), self.parts, pin_memory=self.pin_parts, ring=self.ring)
 
     return JoiningStatefulDataLoader
 

@@ -129,11 +129,13 @@ COUNTER_NAMES = (
     "episodes_fetched",
     "batch_segments_created",
     "batch_segments_reused",
+    "batch_parts_in_ring",
     BAD_SAMPLES_DROPPED,
     *GAUGE_NAMES,
 )
 """Per-worker counters: sums, then the gauges. ``batch_segments_*``: the shared-memory camera
-segments a worker's batches were written into, new or recycled (lerobot_nodes.batch_memory.recycled_storage)."""
+segments a worker's batches were written into, new or recycled (lerobot_nodes.batch_memory.recycled_storage);
+``batch_parts_in_ring``: parts written into a shared batch instead (lerobot_nodes.batch_memory.batch_ring)."""
 
 _GAUGES = frozenset(GAUGE_NAMES)
 _COLUMN = {name: column for column, name in enumerate(COUNTER_NAMES)}
@@ -292,6 +294,7 @@ class MetricsReport:
     decoded_budget_bytes: int = 0
     batch_segments_created: int = 0
     batch_segments_reused: int = 0
+    batch_parts_in_ring: int = 0
     mixing: BatchMixing = field(default_factory=BatchMixing)
     """Distinct episodes per batch and same-episode near pairs, next to a uniform shuffle (:mod:`lerobot_nodes.batch_mixing`)."""
     samples_per_dataset: tuple[int, ...] = ()
@@ -552,6 +555,7 @@ class StreamingMetrics:
             decoded_budget_bytes=int(totals["decoded_budget_bytes"]),
             batch_segments_created=int(totals["batch_segments_created"]),
             batch_segments_reused=int(totals["batch_segments_reused"]),
+            batch_parts_in_ring=int(totals["batch_parts_in_ring"]),
             mixing=self.mixing.figures(
                 self.selection_lengths, self.gop_frames or int(self.counters.maximum("gop_frames")) or None
             ),

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 from torchdata.nodes import BaseNode, Mapper
 
+from .batch_memory.batch_ring import BatchRing, CameraSpec
 from .batch_memory.batch_slots import BatchSlots
 from .batch_memory.recycled_storage import DEFAULT_BATCHES_IN_FLIGHT, IN_PROCESS_KEEP, RecycledStorages
 from .config import (
@@ -325,12 +327,16 @@ class BatchOptions:
     with ``shared_memory`` (DataLoader workers), whose camera segments are recycled (up to
     ``batches_in_flight`` + 1 kept; in this process up to ``IN_PROCESS_KEEP``, see
     :class:`~lerobot_nodes.batch_memory.recycled_storage.RecycledStorages`); a :class:`HeapTrimmer`
-    hands free heap memory back every ``trim_heap_every`` batches (None: never)."""
+    hands free heap memory back every ``trim_heap_every`` batches (None: never). ``ring``: batches are
+    parts joined across workers, and this is DataLoader worker ``ring_worker``: its parts' frames go in
+    its rows of the ring's shared batches when they are free (:mod:`~lerobot_nodes.batch_memory.batch_ring`)."""
 
     batch_size: int
     shared_memory: bool = False
     batches_in_flight: int = DEFAULT_BATCHES_IN_FLIGHT
     trim_heap_every: int | None = HEAP_TRIM_EVERY_BATCHES
+    ring: BatchRing | None = None
+    ring_worker: int = 0
 
 
 @dataclass(frozen=True)
@@ -555,7 +561,14 @@ def build_streaming_graph(
         root = Mapper(root, apply_image_transforms(spec, image_transforms))
     batcher = None
     if batches is not None:
-        root = batcher = SampleBatcher(root, batches.batch_size, shared_memory=batches.shared_memory, recycled=recycled)
+        root = batcher = SampleBatcher(
+            root,
+            batches.batch_size,
+            shared_memory=batches.shared_memory,
+            recycled=recycled,
+            ring=batches.ring if slots is not None else None,
+            ring_worker=batches.ring_worker,
+        )
         if batches.trim_heap_every is not None:
             root = HeapTrimmer(batcher, every=batches.trim_heap_every)
     return StreamingGraph(
@@ -571,6 +584,41 @@ def build_streaming_graph(
     )
 
 
+def cameras_in_batch(spec: SampleSpec) -> dict[str, int]:
+    """The cameras whose frames are decoded straight into their batch (RGB; depth is dequantised
+    after), each with its frames per sample."""
+    return {
+        key: len(spec.offsets[key]) if spec.offsets is not None and key in spec.offsets else 1
+        for key in spec.video_keys
+        if key not in spec.depth_videos
+    }
+
+
+def ring_cameras(samples: SampleOptions, meta: DatasetMeta) -> list[CameraSpec] | None:
+    """``(key, dtype, sample shape)`` of each camera as the workers write it into a batch ring
+    (:mod:`~lerobot_nodes.batch_memory.batch_ring`), from the frame sizes ``info.json`` declares;
+    None where the graph does not decode into the batch (image transforms) or a size is not
+    declared. A worker that finds other sizes in the MP4 files writes its parts apart (copied)."""
+    if samples.image_transforms is not None:
+        return None
+    spec = samples.spec(meta)
+    dtype = torch.uint8 if samples.return_uint8 else torch.float32
+    cameras: list[CameraSpec] = []
+    for key, frames in cameras_in_batch(spec).items():
+        feature = meta.features.get(key, {})
+        shape, names = list(feature.get("shape") or ()), list(feature.get("names") or ())
+        if len(shape) != 3:
+            return None
+        if names[:2] == ["height", "width"] or not names:
+            height, width = int(shape[0]), int(shape[1])
+        elif names[1:] == ["height", "width"]:
+            height, width = int(shape[1]), int(shape[2])
+        else:
+            return None
+        cameras.append((key, dtype, (3, height, width) if frames == 1 else (frames, 3, height, width)))
+    return cameras or None
+
+
 def _batch_slots(
     batches: BatchOptions,
     spec: SampleSpec,
@@ -582,11 +630,7 @@ def _batch_slots(
 ) -> tuple[BatchSlots | None, RecycledStorages | None]:
     """Camera frames decoded straight into their batch (RGB cameras; depth is dequantised after).
     ``ahead_limit``: the samples the ordered buffer pulls ahead of the batcher."""
-    cameras = {
-        key: len(spec.offsets[key]) if spec.offsets is not None and key in spec.offsets else 1
-        for key in spec.video_keys
-        if key not in spec.depth_videos
-    }
+    cameras = cameras_in_batch(spec)
     if not cameras:
         return None, None
 
@@ -605,5 +649,7 @@ def _batch_slots(
         shared_memory=batches.shared_memory,
         storages=recycled,
         ahead_limit=ahead_limit,
+        ring=batches.ring,
+        ring_worker=batches.ring_worker,
     )
     return slots, recycled

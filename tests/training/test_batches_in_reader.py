@@ -99,17 +99,28 @@ def test_a_batch_crosses_from_a_worker_as_two_shared_segments(small_dataset):
         shutdown_dataloader(loader)
 
 
-def test_a_batch_across_workers_is_one_storage_of_the_training_process(small_dataset):
-    # Each worker's part crosses as its segments; the loader copies the parts once into one storage.
+def test_a_batch_across_workers_holds_its_cameras_in_one_shared_batch_of_the_ring(small_dataset):
+    # Each worker writes its part's frames into its rows of a shared batch (the ring's slot): the
+    # loader copies no frames.
     dataset = _dataset(small_dataset)
-    loader = streaming_dataloader(dataset, batch_size=4, num_workers=2)
+    loader = streaming_dataloader(dataset, batch_size=4, num_workers=2, prefetch_factor=2)
     try:
         assert dataset.batches_across_workers == 2 and dataset.identity["batches_across_workers"] is True
-        batch = next(iter(loader))
-        storages = {t.untyped_storage().data_ptr() for t in batch.values() if isinstance(t, torch.Tensor)}
-        assert len(storages) == 1
-        assert not batch["observation.images.top"].untyped_storage().is_shared()
-        assert batch["observation.images.top"].shape[:2] == (4, 2) and len(batch["task"]) == 4
+        ring = dataset.batch_ring
+        assert ring is not None and ring.slots == dataset.batches_in_flight + 1 == 4
+        batches = iter(loader)
+        slot_storages = set()
+        for _ in range(12):
+            batch = next(batches)
+            cameras = [key for key in batch if key.startswith("observation.images.") and not key.endswith("_is_pad")]
+            storages = {batch[key].untyped_storage().data_ptr() for key in cameras}
+            assert len(storages) == 1
+            assert batch["observation.images.top"].shape[:2] == (4, 2) and len(batch["task"]) == 4
+            slot_storages |= storages
+            del batch
+        # The slots were made from info.json's frame sizes before the workers started: no batch copied.
+        assert batches.slots_made == 0 and batches.copied == 0 and batches.in_ring == 12
+        assert len(slot_storages) <= ring.slots
     finally:
         shutdown_dataloader(loader)
 
@@ -148,12 +159,13 @@ def test_recycled_storages_never_change_a_batch_still_held(small_dataset, num_wo
         held = [list(reference), list(reference)]  # two epochs, each in its own order
         expected = [[_digest(batch) for batch in epoch] for epoch in held]
         report = reference_dataset.metrics.report()
-        # One segment per batch; across workers one per worker part, released once joined (a copy).
-        parts = report.batch_segments_created + report.batch_segments_reused
+        # One segment per batch; across workers one per worker part, or the part's rows of a ring slot.
+        parts = report.batch_segments_created + report.batch_segments_reused + report.batch_parts_in_ring
         if num_workers == 0 or not across:
             assert report.batch_segments_reused == 0 and parts == sum(map(len, expected))
         else:
-            assert parts > sum(map(len, expected))
+            # Every batch is held here: a slot's rows are written once, then only those freed by a copy.
+            assert parts > sum(map(len, expected)) and 0 < report.batch_parts_in_ring < parts / 2
         del held
     finally:
         shutdown_dataloader(reference)
@@ -175,10 +187,14 @@ def test_recycled_storages_never_change_a_batch_still_held(small_dataset, num_wo
                 _assert_digests_equal(_digest(batch), received)
         report = dataset.metrics.report()
         total = parts
-        assert report.batch_segments_created + report.batch_segments_reused == total
+        assert report.batch_segments_created + report.batch_segments_reused + report.batch_parts_in_ring == total
         if num_workers == 0:
             # In one process releases and takes happen on the training thread in the same order every run (52 of 84).
             assert report.batch_segments_reused >= total // 2, report
+        elif across:
+            # Every third batch is kept to the end of the epoch: its slot's rows stay claimed, so the
+            # parts that would go there are written apart and copied; the others go in the ring.
+            assert report.batch_parts_in_ring > 0 and report.batch_segments_created > 0, report
         else:
             # A worker reuses a segment only if the training process released it before the worker
             # took one for its next batch, which is a race (38 of 84 here, 26 in a loaded CI run).

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
+from .batch_ring import BatchRing
 from .recycled_storage import RecycledStorages
 from .storage_views import tensors_in_one_storage
 
@@ -82,6 +83,9 @@ class BatchSlots:
     With ``storages``, each batch's camera storage is taken from there (recycled shared memory).
     ``ahead_limit``: the samples the consumer's buffer pulls ahead of it; with storages in process
     memory, up to that many samples of a batch started ahead go to temporary places (:class:`TemporaryPlace`).
+    ``ring``: in DataLoader worker ``ring_worker``, whose batches are parts joined across workers, each
+    part's frames go in the worker's rows of a whole batch of the ring when it has them free
+    (:mod:`~lerobot_nodes.batch_memory.batch_ring`), else in ``storages``.
     """
 
     def __init__(
@@ -94,6 +98,8 @@ class BatchSlots:
         shared_memory: bool,
         storages: RecycledStorages | None = None,
         ahead_limit: int = 0,
+        ring: BatchRing | None = None,
+        ring_worker: int = 0,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -108,6 +114,8 @@ class BatchSlots:
         # Each camera's batch being filled: its collated view and the numpy array the places index.
         self._batches: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
         self.ahead_limit = ahead_limit
+        self.ring = ring
+        self.ring_worker = ring_worker
         self._temporaries = (
             storages is not None
             and not storages.shared
@@ -135,6 +143,8 @@ class BatchSlots:
             self._ahead = True  # the next sample is pulled ahead: it may wait in a temporary place
             return True
         if self.storages is None or not self.storages.shared or not starts_storage:
+            return True
+        if self.ring is not None and self.ring.region_free(self._submitted // self.batch_size, self.ring_worker):
             return True
         return self.storages.has_released()
 
@@ -226,4 +236,21 @@ class BatchSlots:
         specs = self._specs(episode, rows or self.batch_size)
         if rows is not None:
             return tensors_in_one_storage(specs, self.shared_memory)
+        if self.ring is not None and self._submitted % self.batch_size == 0:
+            in_ring = self._claim_in_ring(specs)
+            if in_ring is not None:
+                return in_ring
         return tensors_in_one_storage(specs, self.shared_memory, self.storages.take if self.storages else None)
+
+    def _claim_in_ring(self, specs: list[tuple[str, torch.dtype, tuple[int, ...]]]) -> dict[str, torch.Tensor] | None:
+        """This part's camera tensors in the worker's rows of its ring slot, if free (see the module)."""
+        assert self.ring is not None
+        # The ring lays cameras out as a batch is collated: one frame per sample drops the T axis.
+        collated = [(key, dtype, shape[2:] if self.cameras[key] == 1 else shape[1:]) for key, dtype, shape in specs]
+        views = self.ring.claim(self._submitted // self.batch_size, self.ring_worker, collated, self.batch_size)
+        if views is None:
+            return None
+        if self.storages is not None:
+            self.storages.shed_released()  # parts written before the ring had slots: not needed again
+            self.storages.metrics.add("batch_parts_in_ring", 1)
+        return {key: views[key].view(shape) for key, _, shape in specs}

@@ -120,6 +120,11 @@ class RecycledStorages:
         when its size fits)."""
         return any(storage[storage.nbytes() - TRAILER_BYTES] == RELEASED for storage in self._kept)
 
+    def shed_released(self) -> None:
+        """Forget the kept storages no receiver holds (their memory goes with the last mapping): the
+        batches are written elsewhere now (:mod:`~lerobot_nodes.batch_memory.batch_ring`)."""
+        self._kept = [storage for storage in self._kept if storage[storage.nbytes() - TRAILER_BYTES] != RELEASED]
+
     def holding(self, data_ptr: int) -> torch.UntypedStorage | None:
         """The kept storage whose memory starts at ``data_ptr``, if any."""
         for storage in self._kept:

@@ -9,21 +9,25 @@ integers allow), the DataLoader hands the parts over in its usual round-robin or
 from every worker's pool. An epoch's last batches join what is left (workers whose epoch ended
 are skipped by the DataLoader, as before), so every sample is still in exactly one batch.
 
-The join is one copy of each part into one new storage per batch, on the training thread alone
-(:func:`copy_rows`; about 20-30 ms for the 88 MB of 3 cameras at 480x640 and batch 32 on this
-2-core VM). With ``pin_memory`` that storage is pinned
+Without ``pin_memory`` the workers decode their parts' frames straight into their rows of one
+shared batch (a :class:`~lerobot_nodes.batch_memory.batch_ring.BatchRing` slot), so the join copies
+only the small keys (state, action, task); a part that could not be written there is copied, on the
+training thread alone (:func:`copy_rows`; about 20-30 ms for the 88 MB of 3 cameras at 480x640 and
+batch 32 on this 2-core VM). With ``pin_memory`` every batch is such a copy, into a pinned storage,
 and the DataLoader's own pinning copy is not made, so on a GPU machine the join replaces a copy
 rather than adding one.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from .batch_ring import BatchRing, CameraSpec, owned_ring
 from .recycled_storage import IN_PROCESS_KEEP, RecycledBatch, RecycledStorages
 from .storage_views import tensors_in_one_storage
 
@@ -42,14 +46,15 @@ def join_parts(
     *,
     pin_memory: bool = False,
     allocate: Callable[[int], torch.UntypedStorage] | None = None,
+    whole: bool = False,
 ) -> dict[str, Any]:
     """One batch holding the samples of ``parts`` in order, every tensor a view of one storage:
     a new one (pinned with ``pin_memory``), or ``allocate(nbytes)``'s.
 
     Parts are batches with the same keys, each tensor's trailing shape and dtype equal across
     parts (what workers of one dataset assemble); lists (``task``) are concatenated. One part is
-    returned as it is (nothing to join)."""
-    if len(parts) == 1 and not pin_memory:
+    returned as it is (nothing to join), unless ``whole`` (its storage is lent: copy it)."""
+    if len(parts) == 1 and not pin_memory and not whole:
         return parts[0]
     first = parts[0]
     specs = []
@@ -92,6 +97,96 @@ def _pinned(nbytes: int) -> torch.UntypedStorage:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).untyped_storage()
 
 
+PartLayout = list[tuple[str, torch.dtype, tuple[int, ...], int]]
+"""``(key, dtype, shape, byte offset in the slot)`` of a part's cameras."""
+
+
+class RingPart(dict):  # type: ignore[type-arg]
+    """A worker's part (``dict``) whose cameras are views of its rows of ring ``slot`` (worker side).
+
+    Pickled to the training process it carries the cameras' places, not their bytes, and becomes a
+    :class:`ReceivedRingPart`."""
+
+    def __init__(self, items: dict[str, Any], ring: BatchRing, slot: int, worker: int) -> None:
+        super().__init__(items)
+        self.ring = ring
+        self.slot = slot
+        self.worker = worker
+
+    def __copy__(self) -> RingPart:
+        # torch's default_convert copies a mapping before updating it: keep the class.
+        return RingPart(dict(self), self.ring, self.slot, self.worker)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return {key: copy.deepcopy(value, memo) for key, value in self.items()}
+
+    def __reduce__(self) -> tuple[Callable[..., ReceivedRingPart], tuple[Any, ...]]:
+        base = self.ring.slot_base(self.slot)
+        layout: PartLayout = []
+        rest: dict[str, Any] = {}
+        for key, value in self.items():
+            if (
+                isinstance(value, torch.Tensor)
+                and value.is_contiguous()
+                and value.untyped_storage().data_ptr() == base
+            ):
+                layout.append(
+                    (key, value.dtype, tuple(value.shape), int(value.storage_offset()) * value.element_size())
+                )
+            else:
+                rest[key] = value
+        return ReceivedRingPart, (self.ring.name, self.slot, self.worker, layout, rest, list(self.keys()))
+
+
+class ReceivedRingPart:
+    """A part as the training process receives it from a :class:`RingPart`: the places of its cameras
+    in the slot of ring ``ring_name`` (which this process owns), and its other items (``rest``)."""
+
+    def __init__(
+        self,
+        ring_name: str,
+        slot: int,
+        worker: int,
+        layout: PartLayout,
+        rest: dict[str, Any],
+        order: list[str],
+    ) -> None:
+        self.ring = owned_ring(ring_name)
+        self.slot = slot
+        self.worker = worker
+        self.layout = layout
+        self.rest = rest
+        self.order = order
+
+    @property
+    def rows(self) -> int:
+        return int(self.layout[0][2][0]) if self.layout else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The part as a plain ``dict``, its cameras views of the slot (to be copied before the slot is freed)."""
+        cameras = self.ring.part_views(self.slot, self.layout)
+        return {key: cameras[key] if key in cameras else self.rest[key] for key in self.order}
+
+
+def camera_specs(part: dict[str, Any]) -> list[CameraSpec]:
+    """The cameras of a part received whole: the tensors that share the storage of its largest one
+    (the frames decoded in place), in their order in that storage, each as ``(key, dtype, sample shape)``."""
+    tensors = {key: value for key, value in part.items() if isinstance(value, torch.Tensor)}
+    if not tensors:
+        return []
+    largest = max(tensors.values(), key=lambda tensor: tensor.numel() * tensor.element_size())
+    base = largest.untyped_storage().data_ptr()
+    shared = [
+        (int(tensor.storage_offset()) * tensor.element_size(), key, tensor)
+        for key, tensor in tensors.items()
+        if tensor.untyped_storage().data_ptr() == base and tensor.is_contiguous()
+    ]
+    return [
+        (key, tensor.dtype, tuple(tensor.shape[1:]))
+        for _, key, tensor in sorted(shared, key=lambda item: item[0])
+    ]
+
+
 class JoinedParts(Iterator[dict[str, Any]]):
     """The batches of ``parts`` (a DataLoader iterator of worker parts), ``num_parts`` parts each.
 
@@ -99,23 +194,35 @@ class JoinedParts(Iterator[dict[str, Any]]):
     short only where ``parts`` ends (the epoch's last). Called between batches, the DataLoader's
     ``state_dict()`` is at a batch boundary, so a resumed loader joins the same parts again.
 
-    Unpinned batches are written into storages recycled once the training step has let go of the
-    batch (:class:`~lerobot_nodes.batch_memory.recycled_storage.RecycledStorages` in process
-    memory, :data:`IN_PROCESS_KEEP` kept): a fresh storage would cost a page fault per 4 KiB
+    With ``ring`` (the :class:`~lerobot_nodes.batch_memory.batch_ring.BatchRing` the workers write
+    into), batch ``n``'s cameras are slot ``n % ring.slots``: views of it when every part was written
+    there in order (``in_ring`` counts them), else the parts are copied into it when the slot is not
+    made yet (``slots_made``), else into a storage of this process (``copied``).
+
+    Unpinned batches that are copied are written into storages recycled once the training step has
+    let go of the batch (:class:`~lerobot_nodes.batch_memory.recycled_storage.RecycledStorages` in
+    process memory, :data:`IN_PROCESS_KEEP` kept): a fresh storage would cost a page fault per 4 KiB
     written, about as much as the copy. A batch you keep is never written to.
     """
 
-    def __init__(self, parts: Iterator[dict[str, Any]], num_parts: int, *, pin_memory: bool = False) -> None:
+    def __init__(
+        self, parts: Iterator[Any], num_parts: int, *, pin_memory: bool = False, ring: BatchRing | None = None
+    ) -> None:
         self.parts = parts
         self.num_parts = max(1, int(num_parts))
         self.pin_memory = pin_memory
+        self.ring = ring
         self.storages = RecycledStorages(IN_PROCESS_KEEP, shared=False)
+        self._number = 0
+        self.in_ring = 0
+        self.slots_made = 0
+        self.copied = 0
 
     def __iter__(self) -> JoinedParts:
         return self
 
     def __next__(self) -> dict[str, Any]:
-        taken: list[dict[str, Any]] = []
+        taken: list[Any] = []
         while len(taken) < self.num_parts:
             try:
                 taken.append(next(self.parts))
@@ -123,16 +230,93 @@ class JoinedParts(Iterator[dict[str, Any]]):
                 break
         if not taken:
             raise StopIteration
-        if self.pin_memory or len(taken) == 1:
-            return join_parts(taken, pin_memory=self.pin_memory)
+        number, self._number = self._number, self._number + 1
+        if self.ring is not None and not self.pin_memory:
+            batch = self._joined_in_ring(taken, number % self.ring.slots)
+            if batch is not None:
+                return batch
+        in_ring = [part for part in taken if isinstance(part, ReceivedRingPart)]
+        parts = [part.as_dict() if isinstance(part, ReceivedRingPart) else part for part in taken]
+        try:
+            return self._copied(parts, whole=bool(in_ring))
+        finally:
+            for part in in_ring:
+                part.ring.free(part.slot, [part.worker])
+
+    def _copied(self, parts: list[dict[str, Any]], whole: bool) -> dict[str, Any]:
+        """The parts copied into one storage (``whole``: even a single part, whose storage is lent)."""
+        if self.pin_memory or (len(parts) == 1 and not whole):
+            return join_parts(parts, pin_memory=self.pin_memory)
+        self.copied += 1
         held: list[torch.UntypedStorage] = []
 
         def allocate(nbytes: int) -> torch.UntypedStorage:
             held.append(self.storages.take(nbytes))
             return held[0]
 
-        batch = join_parts(taken, allocate=allocate)
+        batch = join_parts(parts, allocate=allocate, whole=True)
         return RecycledBatch(batch, held[0]).delivered()
+
+    def _joined_in_ring(self, taken: list[Any], slot: int) -> dict[str, Any] | None:
+        """The batch with its cameras in ``slot``: views where every part was written there in order,
+        a copy into it where the slot is not made yet; None where neither is the case."""
+        ring = self.ring
+        assert ring is not None
+        if all(isinstance(part, ReceivedRingPart) for part in taken):
+            if not self._lines_up(taken, slot):
+                return None
+            rows = sum(part.rows for part in taken)
+            cameras = ring.deliver(slot, ring.batch_views(slot), rows, [part.worker for part in taken])
+            self.in_ring += 1
+            self.storages.shed_released()
+            rest = join_parts([part.rest for part in taken])
+            return {key: cameras[key] if key in cameras else rest[key] for key in taken[0].order}
+        if any(isinstance(part, ReceivedRingPart) for part in taken) or ring.made(slot):
+            return None
+        specs = camera_specs(taken[0])
+        rows = sum(int(part[specs[0][0]].shape[0]) for part in taken) if specs else 0
+        if not specs or rows > ring.batch_size or any(camera_specs(part) != specs for part in taken[1:]):
+            return None
+        views = ring.make(slot, specs)
+        self.slots_made += 1
+        for key, _, _ in specs:
+            start = 0
+            for part in taken:
+                count = int(part[key].shape[0])
+                copy_rows(views[key][start : start + count], part[key])
+                start += count
+        cameras = ring.deliver(slot, views, rows, range(ring.workers))
+        rest = join_parts(
+            [{key: value for key, value in part.items() if key not in cameras} for part in taken]
+        )
+        return {key: cameras[key] if key in cameras else rest[key] for key in taken[0]}
+
+    def _lines_up(self, taken: list[ReceivedRingPart], slot: int) -> bool:
+        """Whether ``taken`` are the rows of ``slot``'s batch from its first, in order: part ``i`` from
+        worker ``i`` in that slot, each camera at the worker's rows of the slot's layout."""
+        assert self.ring is not None
+        if not self.ring.made(slot):
+            return False
+        layout = {key: (dtype, shape, offset) for key, dtype, shape, offset in self.ring.layout(slot)}
+        first_row = 0
+        for position, part in enumerate(taken):
+            if part.slot != slot or part.worker != position or len(part.layout) != len(layout):
+                return False
+            for key, dtype, shape, offset in part.layout:
+                if key not in layout:
+                    return False
+                whole_dtype, whole_shape, whole_offset = layout[key]
+                sample_bytes = (
+                    int(np.prod(whole_shape[1:], dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
+                )
+                if (
+                    dtype != whole_dtype
+                    or tuple(shape[1:]) != tuple(whole_shape[1:])
+                    or offset != whole_offset + first_row * sample_bytes
+                ):
+                    return False
+            first_row += part.rows
+        return first_row <= self.ring.batch_size
 
     def __getattr__(self, name: str) -> Any:
         # The DataLoader iterator's own attributes (``_num_yielded``, ``state_dict``, ...).

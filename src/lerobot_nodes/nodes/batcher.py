@@ -29,9 +29,11 @@ import torch
 from torch.utils.data import default_collate
 from torchdata.nodes import BaseNode
 
+from ..batch_memory.batch_ring import BatchRing
 from ..batch_memory.batch_slots import BatchPlace, TemporaryPlace
 from ..batch_memory.recycled_storage import RecycledBatch, RecycledStorages
 from ..batch_memory.storage_views import tensors_in_one_storage, view_of
+from ..batch_memory.worker_parts import RingPart
 from ..sample.batch_rows import PartialSample, dataset_indexes, gather_rows, row_layout
 
 
@@ -204,6 +206,8 @@ class SampleBatcher(BaseNode[dict[str, Any]]):
         *,
         shared_memory: bool = False,
         recycled: RecycledStorages | None = None,
+        ring: BatchRing | None = None,
+        ring_worker: int = 0,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -213,6 +217,9 @@ class SampleBatcher(BaseNode[dict[str, Any]]):
         self.shared_memory = shared_memory
         # The storages camera frames were decoded into (BatchSlots'), recycled once released.
         self.recycled = recycled
+        # The shared batches this worker's parts were decoded into when they were free (BatchSlots' ring).
+        self.ring = ring
+        self.ring_worker = ring_worker
         self._boundary: dict[str, Any] | None = None
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -234,6 +241,12 @@ class SampleBatcher(BaseNode[dict[str, Any]]):
         else:
             batch = collate_into_one_storage(samples, self.shared_memory)
         self._boundary = self.source.state_dict()
+        if self.ring is not None:
+            for value in batch.values():
+                if isinstance(value, torch.Tensor):
+                    slot = self.ring.holding(value.untyped_storage().data_ptr())
+                    if slot is not None:
+                        return RingPart(batch, self.ring, slot, self.ring_worker)
         if self.recycled is not None:
             for value in batch.values():
                 if isinstance(value, torch.Tensor):

@@ -11,6 +11,15 @@ from multiprocessing import resource_tracker, shared_memory
 from typing import Any
 
 
+class Segment(shared_memory.SharedMemory):
+    """A ``SharedMemory`` that, when collected while arrays still view its buffer, stays mapped
+    quietly (``SharedMemory`` would print an ignored ``BufferError``): the mapping goes with the process."""
+
+    def __del__(self) -> None:
+        with contextlib.suppress(BufferError, OSError):
+            self.close()
+
+
 def release(memory: shared_memory.SharedMemory, view: Any = None) -> None:
     """Unlink, then close, a segment this process created."""
     # Unlink first: closing fails while a numpy view of the buffer is still alive.
@@ -20,7 +29,7 @@ def release(memory: shared_memory.SharedMemory, view: Any = None) -> None:
         memory.close()
 
 
-def attach_untracked(name: str) -> shared_memory.SharedMemory:
+def attach_untracked(name: str) -> Segment:
     """Attach to a segment without registering it, so a worker's exit never unlinks it.
 
     The creating process owns the segment. Python 3.13 has ``track=False`` for this; older
@@ -29,6 +38,6 @@ def attach_untracked(name: str) -> shared_memory.SharedMemory:
     original = resource_tracker.register
     resource_tracker.register = lambda *args, **kwargs: None  # type: ignore[assignment]
     try:
-        return shared_memory.SharedMemory(name=name)
+        return Segment(name=name)
     finally:
         resource_tracker.register = original  # type: ignore[assignment]
