@@ -158,7 +158,10 @@ def _joining_loader_class() -> type:
             self.ring = ring
 
         def __iter__(self) -> Any:
-            return JoinedParts(super().__iter__(), self.parts, pin_memory=self.pin_parts, ring=self.ring)
+            # Before the workers are reset: their first parts of this iterator read it.
+            first_slot = self.ring.begin() if self.ring is not None else 0
+            parts = super().__iter__()
+            return JoinedParts(parts, self.parts, pin_memory=self.pin_parts, ring=self.ring, first_slot=first_slot)
 
     return JoiningStatefulDataLoader
 

@@ -83,7 +83,7 @@ def test_parts_in_their_rows_are_joined_without_a_copy_and_freed_when_the_batch_
     workers = [_worker_side(ring), _worker_side(ring)]
     parts = [_crossed(_write_part(workers[w], 0, w, 3 * w)) for w in range(2)]
     assert all(isinstance(part, ReceivedRingPart) for part in parts)
-    joined = JoinedParts(iter(parts), 2, ring=ring)
+    joined = JoinedParts(iter(parts), 2, ring=ring, first_slot=0)
     batch = next(joined)
     _check(batch, 0)
     assert joined.in_ring == 1 and joined.copied == 0
@@ -99,27 +99,42 @@ def test_parts_in_their_rows_are_joined_without_a_copy_and_freed_when_the_batch_
     assert workers[0].region_free(0, 0) and workers[1].region_free(0, 1)
 
 
-def test_parts_out_of_order_or_short_are_copied_and_their_regions_freed_at_once():
+def test_parts_out_of_order_are_copied_and_their_regions_freed_at_once():
     ring = BatchRing(2, 2, BATCH, CAMERAS)
     workers = [_worker_side(ring), _worker_side(ring)]
     # Worker 1's part arrives first (a loader resumed at worker 1): its rows are not the batch's first.
     parts = [_crossed(_write_part(workers[1], 0, 1, 0)), _crossed(_write_part(workers[0], 0, 0, 2))]
-    joined = JoinedParts(iter(parts), 2, ring=ring)
+    joined = JoinedParts(iter(parts), 2, ring=ring, first_slot=0)
     batch = next(joined)
     _check(batch, 0)
     assert joined.copied == 1 and joined.in_ring == 0
     assert batch["observation.images.top"].untyped_storage().data_ptr() != ring.slot_base(0)
     assert workers[0].region_free(0, 0) and workers[1].region_free(0, 1)  # copied out: free again
-    # An epoch's last batch: worker 0's part is short, so worker 1's rows do not follow it.
+
+
+def test_a_short_part_leaves_a_gap_that_the_next_part_moves_into():
+    # An epoch's last batch: worker 0's part holds 2 of its 3 rows, so worker 1's rows (3-4) move to 2-3.
+    ring = BatchRing(2, 2, BATCH, CAMERAS)
+    workers = [_worker_side(ring), _worker_side(ring)]
     short = workers[0].claim(1, 0, CAMERAS, 3)
     assert short is not None
     for view in short.values():
-        view.fill_(7)
+        view[:2] = torch.tensor([7, 8], dtype=torch.uint8).view(-1, *([1] * (view.dim() - 1)))
+        view[2:] = 99  # the row the short part leaves unused
     first = RingPart({**{k: v[:2] for k, v in short.items()}, "index": torch.tensor([7, 8]), "task": ["a", "b"]}, workers[0], 1, 0)
     second = _write_part(workers[1], 1, 1, 9)
-    batch = next(JoinedParts(iter([_crossed(first), _crossed(second)]), 2, ring=ring))
+    joined = JoinedParts(iter([_crossed(first), _crossed(second)]), 2, ring=ring, first_slot=0)
+    joined._number = 1
+    batch = next(joined)
+    assert joined.in_ring == 1 and joined.copied == 0 and joined.rows_moved == 2
     assert batch["index"].tolist() == [7, 8, 9, 10]
-    assert batch["observation.images.top"].reshape(4, -1).amin(1).tolist() == [7, 7, 9, 10]
+    for key, _, _ in CAMERAS:
+        assert batch[key].reshape(4, -1).amin(1).tolist() == [7, 8, 9, 10]
+        assert batch[key].reshape(4, -1).amax(1).tolist() == [7, 8, 9, 10]
+    assert batch["observation.images.top"].data_ptr() == ring.slot_base(1)
+    assert not workers[0].region_free(1, 0) and not workers[1].region_free(1, 1)
+    del batch
+    gc.collect()
     assert workers[0].region_free(1, 0) and workers[1].region_free(1, 1)
 
 
@@ -128,7 +143,7 @@ def test_a_ring_without_sizes_makes_its_slots_from_the_first_parts():
     workers = [_worker_side(ring), _worker_side(ring)]
     plain = [_write_part(workers[w], 0, w, 3 * w) for w in range(2)]
     assert not any(isinstance(part, RingPart) for part in plain)
-    joined = JoinedParts(iter(plain), 2, ring=ring)
+    joined = JoinedParts(iter(plain), 2, ring=ring, first_slot=0)
     batch = next(joined)
     _check(batch, 0)
     assert joined.slots_made == 1 and ring.made(0) and not ring.made(1)
@@ -149,7 +164,7 @@ def test_a_batch_held_is_never_written_again(holds, slots):
     held: list[tuple[int, dict]] = []
     for number, hold in enumerate(holds):
         parts = [_crossed(_write_part(workers[w], number, w, BATCH * number + 3 * w)) for w in range(2)]
-        joined = JoinedParts(iter(parts), 2, ring=ring)
+        joined = JoinedParts(iter(parts), 2, ring=ring, first_slot=0)
         joined._number = number  # the batch's number in the epoch, as the iterator counts it
         batch = next(joined)
         _check(batch, BATCH * number)
@@ -170,3 +185,45 @@ def test_the_owner_unlinks_its_segments_when_closed():
     for name in names:
         with pytest.raises(FileNotFoundError):
             shared_memory.SharedMemory(name=name)
+
+
+def test_every_claim_is_given_back_whatever_happens_to_its_part():
+    ring = BatchRing(2, 2, BATCH, CAMERAS)
+    worker = _worker_side(ring)
+    # Received but never joined (the DataLoader drops the parts in flight when a new iterator starts).
+    dropped = _crossed(_write_part(worker, 0, 0, 0))
+    assert isinstance(dropped, ReceivedRingPart) and not worker.region_free(0, 0)
+    del dropped
+    gc.collect()
+    assert worker.region_free(0, 0)
+    # Claimed, then the worker's iterator is reset before the part was assembled.
+    assert worker.claim(1, 0, CAMERAS, 3) is not None and not worker.region_free(1, 0)
+    worker.abandon_unsent(0)
+    assert worker.region_free(1, 0)
+    # Assembled with its frames elsewhere (a dropped sample moved the batch to a storage of its own).
+    assert worker.claim(2, 0, CAMERAS, 3) is not None
+    worker.part_done(2, 0, sent=False)
+    assert worker.region_free(2, 0)
+    # Sent: the claim travels with the part, a reset does not give it back.
+    assert worker.claim(3, 0, CAMERAS, 3) is not None
+    worker.part_done(3, 0, sent=True)
+    worker.abandon_unsent(0)
+    assert not worker.region_free(3, 0)
+
+
+def test_an_iterator_starts_in_the_slot_after_the_last_batch_joined():
+    # The training loop still holds the epoch's last batch when it asks for the next epoch: the next
+    # epoch's first parts go in the slot after it, not in it.
+    ring = BatchRing(3, 2, BATCH, CAMERAS)
+    workers = [_worker_side(ring), _worker_side(ring)]
+    first = JoinedParts(iter([_crossed(_write_part(workers[w], 0, w, 3 * w)) for w in range(2)]), 2, ring=ring)
+    assert first.first_slot == 0
+    last_of_epoch = next(first)
+    assert last_of_epoch["observation.images.top"].data_ptr() == ring.slot_base(0)
+    assert ring.begin() == 1 and workers[0].slot_of(0) == 1
+    parts = [_crossed(_write_part(workers[w], 0, w, 10 + 3 * w)) for w in range(2)]
+    second = JoinedParts(iter(parts), 2, ring=ring, first_slot=1)
+    batch = next(second)
+    assert second.in_ring == 1 and batch["observation.images.top"].data_ptr() == ring.slot_base(1)
+    _check(batch, 10)
+    _check(last_of_epoch, 0)

@@ -13,13 +13,22 @@ would go in one, from the parts' layout) and unlinks them when the loader goes. 
 by one worker only, and only while its flag in the ring's control table says :data:`FREE`: the
 worker sets it to :data:`CLAIMED` before it writes, the training process sets it back to
 :data:`FREE` once the batch that used the region is released (its last view collected) or its part
-was copied out. Anything that does not line up (a slot not made yet, a region still held because the
-training step keeps old batches, parts whose rows do not follow each other, as at an epoch's end, a
-camera layout that differs) makes that part an ordinary part, which the training process copies, as
-before: the ring changes where frames are written, never which samples a batch holds.
+was copied out. At an epoch's end a worker's part may be short: the next worker's rows move down
+into the gap (inside the regions the batch's parts hold). Anything else that does not line up (a
+slot not made yet, a region still held because the training step keeps old batches, parts in
+another order, a camera layout that differs) makes that part an ordinary part, which the training
+process copies, as before: the ring changes where frames are written, never which samples a batch holds.
 
-Worker ``w``'s ``n``-th part since its iterator began goes in slot ``n % slots``: every worker counts
-the same parts, so the parts of one batch meet in one slot. The training process checks that they did.
+Worker ``w``'s ``n``-th part since its iterator began goes in slot ``(first + n) % slots``, ``first``
+being the slot after the last batch the training process joined before this iterator (in the control
+table): every worker counts the same parts, so the parts of one batch meet in one slot, and an epoch's
+first batch does not go in the slot of the last one, which a training loop still holds when it asks
+for the next epoch. The training process checks that they did.
+
+A claimed region is given back whatever happens to its part: a worker frees the claims of parts it
+abandoned when its iterator is reset (its decode threads stopped first) or whose frames ended
+elsewhere; the training process frees the region of a part it received but never joined (the
+DataLoader drops the parts in flight when a new iterator starts).
 """
 
 from __future__ import annotations
@@ -43,6 +52,9 @@ CLAIMED = 0
 
 NAME_BYTES = 48
 """Room for a slot's segment name in the control table."""
+
+HEADER_BYTES = 64
+"""The control table's header: the slot of the current iterator's first part (an int64)."""
 
 CameraSpec = tuple[str, torch.dtype, tuple[int, ...]]
 """``(key, dtype, shape of one sample)`` of a camera's tensor in a batch."""
@@ -85,8 +97,12 @@ class BatchRing:
         self.workers = workers
         self.batch_size = batch_size
         self._owner = True
-        self._control = Segment(create=True, size=self._control_dtype().itemsize * slots)
+        self._control = Segment(create=True, size=HEADER_BYTES + self._control_dtype().itemsize * slots)
         self._table = _table_of(self._control, self._control_dtype(), slots)
+        self._header = _header_of(self._control)
+        self._header[0] = 0
+        self.joined = 0  # batches joined so far, over every iterator (owner only)
+        self._unsent: dict[int, int] = {}
         self._table["name"] = b""
         self._table["free"] = CLAIMED
         self._table["signature"] = 0
@@ -129,14 +145,21 @@ class BatchRing:
         self._owner = False
         self._control = attach_untracked(state["name"])
         self._table = _table_of(self._control, self._control_dtype(), self.slots)
+        self._header = _header_of(self._control)
+        self.joined = 0
+        self._unsent = {}
         self._segments = {}
         self._storages = {}
         self._layouts = {}
 
     # -- a worker's side ----------------------------------------------------------------------
+    def slot_of(self, part: int) -> int:
+        """The slot of the current iterator's ``part``-th part."""
+        return (int(self._header[0]) + part) % self.slots
+
     def region_free(self, part: int, worker: int) -> bool:
         """Whether ``worker`` could write its ``part``-th part into the ring now."""
-        slot = part % self.slots
+        slot = self.slot_of(part)
         return bool(self._table["name"][slot]) and bool(self._table["free"][slot, worker] == FREE)
 
     def claim(
@@ -147,10 +170,10 @@ class BatchRing:
         yet, holds another layout, or the region is not free."""
         if not 0 <= worker < self.workers:
             return None
-        slot = part % self.slots
+        slot = self.slot_of(part)
         table = self._table
         offsets, nbytes = slot_layout(cameras, self.batch_size)
-        first_row = sum(split_evenly(self.batch_size, self.workers, w) for w in range(worker))
+        first_row = self.first_row(worker)
         if (
             not table["name"][slot]
             or int(table["nbytes"][slot]) != nbytes
@@ -163,11 +186,36 @@ class BatchRing:
         if storage is None:
             return None
         table["free"][slot, worker] = CLAIMED
+        self._unsent[part] = slot
         views = {}
         for (key, dtype, shape), offset in zip(cameras, offsets, strict=True):
             sample_bytes = int(np.prod(shape, dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
             views[key] = view_of(storage, offset + first_row * sample_bytes, dtype, (rows, *shape))
         return views
+
+    def part_done(self, part: int, worker: int, sent: bool) -> None:
+        """The ``part``-th part is assembled: its claim now travels with it (``sent``), or its frames
+        ended elsewhere and the claim is given back."""
+        slot = self._unsent.pop(part, None)
+        if slot is not None and not sent:
+            self.free(slot, [worker])
+
+    def abandon_unsent(self, worker: int) -> None:
+        """Give back the claims of parts never sent (their iterator was reset; no thread writes them now)."""
+        for slot in self._unsent.values():
+            self.free(slot, [worker])
+        self._unsent.clear()
+
+    def begin(self) -> int:
+        """Start an iterator (owner only, before its workers are reset): its first part goes in the slot
+        after the last batch joined; returns that slot."""
+        first = self.joined % self.slots
+        self._header[0] = first
+        return first
+
+    def first_row(self, worker: int) -> int:
+        """The first row of ``worker``'s region in each slot."""
+        return sum(split_evenly(self.batch_size, self.workers, w) for w in range(worker))
 
     def _attached(self, slot: int, name: str) -> torch.UntypedStorage | None:
         segment = self._segments.get(slot)
@@ -299,7 +347,13 @@ def _table_of(control: shared_memory.SharedMemory, dtype: np.dtype[Any], slots: 
     fails while the table (or a finalizer that writes into it) lives, instead of unmapping it."""
     buffer = control.buf
     assert buffer is not None
-    return np.frombuffer(buffer, dtype=dtype, count=slots)
+    return np.frombuffer(buffer, dtype=dtype, count=slots, offset=HEADER_BYTES)
+
+
+def _header_of(control: shared_memory.SharedMemory) -> np.ndarray:
+    buffer = control.buf
+    assert buffer is not None
+    return np.frombuffer(buffer, dtype="<i8", count=1)
 
 
 def _free_regions(table: np.ndarray, slot: int, regions: tuple[int, ...]) -> None:

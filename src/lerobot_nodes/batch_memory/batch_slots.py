@@ -156,6 +156,8 @@ class BatchSlots:
         # A cancelled decode may still write into a temporary: none is handed out again.
         self._temporaries_of = {}
         self._idle_temporaries = []
+        if self.ring is not None:
+            self.ring.abandon_unsent(self.ring_worker)  # the decode threads were stopped before this reset
 
     def next_slot(self, episode: int) -> dict[str, BatchPlace]:
         """The place of each camera's frames for the next submitted sample (of ``episode``)."""

@@ -21,12 +21,14 @@ rather than adding one.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..config import split_evenly
 from .batch_ring import BatchRing, CameraSpec, owned_ring
 from .recycled_storage import IN_PROCESS_KEEP, RecycledBatch, RecycledStorages
 from .storage_views import tensors_in_one_storage
@@ -157,6 +159,16 @@ class ReceivedRingPart:
         self.layout = layout
         self.rest = rest
         self.order = order
+        # A part the DataLoader drops (a new iterator started with parts in flight) gives its region back.
+        self._region = weakref.finalize(self, self.ring.free, slot, [worker])
+
+    def handed_over(self) -> None:
+        """The region now belongs to a batch delivered in place (freed when that batch goes)."""
+        self._region.detach()
+
+    def copied(self) -> None:
+        """The part's frames were copied out: give its region back now."""
+        self._region()
 
     @property
     def rows(self) -> int:
@@ -195,7 +207,8 @@ class JoinedParts(Iterator[dict[str, Any]]):
     ``state_dict()`` is at a batch boundary, so a resumed loader joins the same parts again.
 
     With ``ring`` (the :class:`~lerobot_nodes.batch_memory.batch_ring.BatchRing` the workers write
-    into), batch ``n``'s cameras are slot ``n % ring.slots``: views of it when every part was written
+    into), batch ``n``'s cameras are slot ``(first_slot + n) % ring.slots`` (``first_slot``: what
+    ``ring.begin()`` returned before the workers were reset; None: call it now): views of it when every part was written
     there in order (``in_ring`` counts them), else the parts are copied into it when the slot is not
     made yet (``slots_made``), else into a storage of this process (``copied``).
 
@@ -206,7 +219,13 @@ class JoinedParts(Iterator[dict[str, Any]]):
     """
 
     def __init__(
-        self, parts: Iterator[Any], num_parts: int, *, pin_memory: bool = False, ring: BatchRing | None = None
+        self,
+        parts: Iterator[Any],
+        num_parts: int,
+        *,
+        pin_memory: bool = False,
+        ring: BatchRing | None = None,
+        first_slot: int | None = None,
     ) -> None:
         self.parts = parts
         self.num_parts = max(1, int(num_parts))
@@ -214,9 +233,12 @@ class JoinedParts(Iterator[dict[str, Any]]):
         self.ring = ring
         self.storages = RecycledStorages(IN_PROCESS_KEEP, shared=False)
         self._number = 0
+        # The slot of this iterator's first batch (BatchRing.begin, called before the workers were reset).
+        self.first_slot = ring.begin() if ring is not None and first_slot is None else (first_slot or 0)
         self.in_ring = 0
         self.slots_made = 0
         self.copied = 0
+        self.rows_moved = 0
 
     def __iter__(self) -> JoinedParts:
         return self
@@ -232,7 +254,8 @@ class JoinedParts(Iterator[dict[str, Any]]):
             raise StopIteration
         number, self._number = self._number, self._number + 1
         if self.ring is not None and not self.pin_memory:
-            batch = self._joined_in_ring(taken, number % self.ring.slots)
+            self.ring.joined += 1
+            batch = self._joined_in_ring(taken, (self.first_slot + number) % self.ring.slots)
             if batch is not None:
                 return batch
         in_ring = [part for part in taken if isinstance(part, ReceivedRingPart)]
@@ -241,7 +264,7 @@ class JoinedParts(Iterator[dict[str, Any]]):
             return self._copied(parts, whole=bool(in_ring))
         finally:
             for part in in_ring:
-                part.ring.free(part.slot, [part.worker])
+                part.copied()
 
     def _copied(self, parts: list[dict[str, Any]], whole: bool) -> dict[str, Any]:
         """The parts copied into one storage (``whole``: even a single part, whose storage is lent)."""
@@ -263,10 +286,22 @@ class JoinedParts(Iterator[dict[str, Any]]):
         ring = self.ring
         assert ring is not None
         if all(isinstance(part, ReceivedRingPart) for part in taken):
-            if not self._lines_up(taken, slot):
+            if not self._in_their_regions(taken, slot):
                 return None
-            rows = sum(part.rows for part in taken)
-            cameras = ring.deliver(slot, ring.batch_views(slot), rows, [part.worker for part in taken])
+            views = ring.batch_views(slot)
+            rows = 0
+            for part in taken:
+                # A short part (an epoch's last batch) leaves a gap before the next worker's rows: those
+                # rows move down into it, inside the regions this batch's parts hold.
+                first_row = ring.first_row(part.worker)
+                if first_row != rows:
+                    for view in views.values():
+                        copy_rows(view[rows : rows + part.rows], view[first_row : first_row + part.rows])
+                    self.rows_moved += part.rows
+                rows += part.rows
+            cameras = ring.deliver(slot, views, rows, [part.worker for part in taken])
+            for part in taken:
+                part.handed_over()
             self.in_ring += 1
             self.storages.shed_released()
             rest = join_parts([part.rest for part in taken])
@@ -291,32 +326,32 @@ class JoinedParts(Iterator[dict[str, Any]]):
         )
         return {key: cameras[key] if key in cameras else rest[key] for key in taken[0]}
 
-    def _lines_up(self, taken: list[ReceivedRingPart], slot: int) -> bool:
-        """Whether ``taken`` are the rows of ``slot``'s batch from its first, in order: part ``i`` from
-        worker ``i`` in that slot, each camera at the worker's rows of the slot's layout."""
-        assert self.ring is not None
-        if not self.ring.made(slot):
+    def _in_their_regions(self, taken: list[ReceivedRingPart], slot: int) -> bool:
+        """Whether ``taken`` are parts of workers ``0, 1, ...`` in that order, all in ``slot``, each
+        camera at the start of its worker's rows of the slot's layout (a part may be short)."""
+        ring = self.ring
+        assert ring is not None
+        if not ring.made(slot):
             return False
-        layout = {key: (dtype, shape, offset) for key, dtype, shape, offset in self.ring.layout(slot)}
-        first_row = 0
+        layout = {key: (dtype, shape, offset) for key, dtype, shape, offset in ring.layout(slot)}
         for position, part in enumerate(taken):
             if part.slot != slot or part.worker != position or len(part.layout) != len(layout):
+                return False
+            first_row = ring.first_row(part.worker)
+            if part.rows > split_evenly(ring.batch_size, ring.workers, part.worker):
                 return False
             for key, dtype, shape, offset in part.layout:
                 if key not in layout:
                     return False
                 whole_dtype, whole_shape, whole_offset = layout[key]
-                sample_bytes = (
-                    int(np.prod(whole_shape[1:], dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
-                )
+                sample_bytes = int(np.prod(whole_shape[1:], dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
                 if (
                     dtype != whole_dtype
                     or tuple(shape[1:]) != tuple(whole_shape[1:])
                     or offset != whole_offset + first_row * sample_bytes
                 ):
                     return False
-            first_row += part.rows
-        return first_row <= self.ring.batch_size
+        return True
 
     def __getattr__(self, name: str) -> Any:
         # The DataLoader iterator's own attributes (``_num_yielded``, ``state_dict``, ...).

@@ -220,11 +220,13 @@ class SampleBatcher(BaseNode[dict[str, Any]]):
         # The shared batches this worker's parts were decoded into when they were free (BatchSlots' ring).
         self.ring = ring
         self.ring_worker = ring_worker
+        self._parts = 0  # parts assembled since the last reset: the ring numbers them the same way
         self._boundary: dict[str, Any] | None = None
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.source.reset(initial_state)
+        self._parts = 0
         self._boundary = initial_state if initial_state is not None else self.source.state_dict()
 
     def next(self) -> dict[str, Any]:
@@ -242,11 +244,20 @@ class SampleBatcher(BaseNode[dict[str, Any]]):
             batch = collate_into_one_storage(samples, self.shared_memory)
         self._boundary = self.source.state_dict()
         if self.ring is not None:
-            for value in batch.values():
-                if isinstance(value, torch.Tensor):
-                    slot = self.ring.holding(value.untyped_storage().data_ptr())
-                    if slot is not None:
-                        return RingPart(batch, self.ring, slot, self.ring_worker)
+            part, self._parts = self._parts, self._parts + 1
+            slot = next(
+                (
+                    found
+                    for value in batch.values()
+                    if isinstance(value, torch.Tensor)
+                    and (found := self.ring.holding(value.untyped_storage().data_ptr())) is not None
+                ),
+                None,
+            )
+            # A part whose frames ended in a storage of its own (a dropped sample) gives its region back.
+            self.ring.part_done(part, self.ring_worker, sent=slot is not None)
+            if slot is not None:
+                return RingPart(batch, self.ring, slot, self.ring_worker)
         if self.recycled is not None:
             for value in batch.values():
                 if isinstance(value, torch.Tensor):
