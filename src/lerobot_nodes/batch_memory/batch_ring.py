@@ -45,7 +45,7 @@ import torch
 
 from ..config import split_evenly
 from ..workers.shared_segments import Segment, attach_untracked, release
-from .storage_views import ALIGNMENT, view_of
+from .storage_views import StorageLayout, packed_offsets, view_of
 
 FREE = 1
 CLAIMED = 0
@@ -62,14 +62,9 @@ CameraSpec = tuple[str, torch.dtype, tuple[int, ...]]
 
 def slot_layout(cameras: Sequence[CameraSpec], batch_size: int) -> tuple[list[int], int]:
     """Byte offset of each camera's ``(batch_size, *shape)`` tensor in a slot, in order, each on an
-    :data:`ALIGNMENT` boundary, and the slot's size: the layout a worker and the training process
+    ``storage_views.ALIGNMENT`` boundary, and the slot's size: the layout a worker and the training process
     both derive from the same cameras."""
-    offsets, total = [], 0
-    for _, dtype, shape in cameras:
-        total = -(-total // ALIGNMENT) * ALIGNMENT
-        offsets.append(total)
-        total += batch_size * int(np.prod(shape, dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
-    return offsets, total
+    return packed_offsets([(key, dtype, (batch_size, *shape)) for key, dtype, shape in cameras])
 
 
 def layout_signature(cameras: Sequence[CameraSpec], batch_size: int) -> int:
@@ -108,7 +103,7 @@ class BatchRing:
         self._table["signature"] = 0
         self._segments: dict[int, shared_memory.SharedMemory] = {}
         self._storages: dict[int, torch.UntypedStorage] = {}
-        self._layouts: dict[int, list[tuple[str, torch.dtype, tuple[int, ...], int]]] = {}
+        self._layouts: dict[int, StorageLayout] = {}
         weakref.finalize(self, _release_all, self._control, self._segments)
         _OWNED[self.name] = self
         if cameras:
@@ -271,7 +266,7 @@ class BatchRing:
             key: view_of(storage, offset, dtype, shape) for key, dtype, shape, offset in self._layouts[slot]
         }
 
-    def layout(self, slot: int) -> list[tuple[str, torch.dtype, tuple[int, ...], int]]:
+    def layout(self, slot: int) -> StorageLayout:
         """``(key, dtype, whole-batch shape, byte offset)`` of each camera in ``slot`` (owner only)."""
         return self._layouts[slot]
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..metrics import MetricsSink, NullMetrics
-from .storage_views import ALIGNMENT, new_storage, view_of
+from .storage_views import ALIGNMENT, StorageLayout, new_storage, split_by_storage, view_of
 
 TRAILER_BYTES = ALIGNMENT
 """Bytes after the payload of a recycled storage; the first says whether a receiver holds it."""
@@ -166,30 +166,18 @@ class RecycledBatch(dict):  # type: ignore[type-arg]
 
     def parts(
         self,
-    ) -> tuple[torch.Tensor, list[tuple[str, torch.dtype, tuple[int, ...], int]], dict[str, Any], list[str]]:
+    ) -> tuple[torch.Tensor, StorageLayout, dict[str, Any], list[str]]:
         """The storage as one uint8 tensor, ``(key, dtype, shape, byte offset)`` of the tensors in
         it, the other items, and the key order: what :func:`receive_recycled_batch` takes."""
         storage = self.storage
-        base = storage.data_ptr()
-        layout: list[tuple[str, torch.dtype, tuple[int, ...], int]] = []
-        rest: dict[str, Any] = {}
-        for key, value in self.items():
-            if (
-                isinstance(value, torch.Tensor)
-                and value.is_contiguous()
-                and value.untyped_storage().data_ptr() == base
-            ):
-                offset = int(value.storage_offset()) * value.element_size()
-                layout.append((key, value.dtype, tuple(value.shape), offset))
-            else:
-                rest[key] = value
+        layout, rest = split_by_storage(self, storage.data_ptr())
         whole = view_of(storage, 0, torch.uint8, (storage.nbytes(),))
         return whole, layout, rest, list(self.keys())
 
 
 def receive_recycled_batch(
     whole: torch.Tensor,
-    layout: list[tuple[str, torch.dtype, tuple[int, ...], int]],
+    layout: StorageLayout,
     rest: dict[str, Any],
     order: list[str],
 ) -> dict[str, Any]:

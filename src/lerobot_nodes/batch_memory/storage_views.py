@@ -6,7 +6,8 @@ a worker sends all of a storage's tensors to the training process as one segment
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -22,11 +23,43 @@ def view_of(storage: torch.UntypedStorage, byte_offset: int, dtype: torch.dtype,
     return view
 
 
+StorageLayout = list[tuple[str, torch.dtype, tuple[int, ...], int]]
+"""``(key, dtype, shape, byte offset)`` of the tensors of a batch that lie in one storage."""
+
+
+def split_by_storage(items: Mapping[str, Any], base: int) -> tuple[StorageLayout, dict[str, Any]]:
+    """The contiguous tensors of ``items`` that are views of the storage starting at ``base`` (their
+    places in it), and the other items: what a batch sends instead of that storage's bytes."""
+    layout: StorageLayout = []
+    rest: dict[str, Any] = {}
+    for key, value in items.items():
+        if isinstance(value, torch.Tensor) and value.is_contiguous() and value.untyped_storage().data_ptr() == base:
+            layout.append((key, value.dtype, tuple(value.shape), int(value.storage_offset()) * value.element_size()))
+        else:
+            rest[key] = value
+    return layout, rest
+
+
 def new_storage(nbytes: int, shared: bool) -> torch.UntypedStorage:
     """An uninitialised storage of ``nbytes``: in shared memory with ``shared``, else process memory."""
     if shared:
         return torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call, no-any-return]
     return torch.UntypedStorage(nbytes)
+
+
+def packed_offsets(specs: Sequence[tuple[str, torch.dtype, Sequence[int]]]) -> tuple[list[int], int]:
+    """Byte offset of each ``(name, dtype, shape)`` tensor laid out in order in one storage, each on an
+    :data:`ALIGNMENT` boundary, and the storage's size."""
+    offsets = []
+    total = 0
+    for _, dtype, shape in specs:
+        total = -(-total // ALIGNMENT) * ALIGNMENT
+        offsets.append(total)
+        count = 1
+        for size in shape:
+            count *= int(size)
+        total += count * torch.empty(0, dtype=dtype).element_size()
+    return offsets, total
 
 
 def tensors_in_one_storage(
@@ -39,14 +72,6 @@ def tensors_in_one_storage(
 
     ``allocate(nbytes)``: where the storage comes from instead (at least ``nbytes``; e.g.
     :meth:`~lerobot_nodes.batch_memory.recycled_storage.RecycledStorages.take`)."""
-    offsets = []
-    total = 0
-    for _, dtype, shape in specs:
-        total = -(-total // ALIGNMENT) * ALIGNMENT
-        offsets.append(total)
-        count = 1
-        for size in shape:
-            count *= int(size)
-        total += count * torch.empty(0, dtype=dtype).element_size()
+    offsets, total = packed_offsets(specs)
     storage = allocate(total) if allocate is not None else new_storage(total, shared)
     return {name: view_of(storage, offset, dtype, shape) for (name, dtype, shape), offset in zip(specs, offsets, strict=True)}

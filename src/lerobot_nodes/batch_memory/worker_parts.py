@@ -31,7 +31,7 @@ import torch
 from ..config import split_evenly
 from .batch_ring import BatchRing, CameraSpec, owned_ring
 from .recycled_storage import IN_PROCESS_KEEP, RecycledBatch, RecycledStorages
-from .storage_views import tensors_in_one_storage
+from .storage_views import StorageLayout, split_by_storage, tensors_in_one_storage
 
 
 def part_size(batch_size: int, num_workers: int, worker: int) -> int:
@@ -99,10 +99,6 @@ def _pinned(nbytes: int) -> torch.UntypedStorage:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).untyped_storage()
 
 
-PartLayout = list[tuple[str, torch.dtype, tuple[int, ...], int]]
-"""``(key, dtype, shape, byte offset in the slot)`` of a part's cameras."""
-
-
 class RingPart(dict):  # type: ignore[type-arg]
     """A worker's part (``dict``) whose cameras are views of its rows of ring ``slot`` (worker side).
 
@@ -123,20 +119,7 @@ class RingPart(dict):  # type: ignore[type-arg]
         return {key: copy.deepcopy(value, memo) for key, value in self.items()}
 
     def __reduce__(self) -> tuple[Callable[..., ReceivedRingPart], tuple[Any, ...]]:
-        base = self.ring.slot_base(self.slot)
-        layout: PartLayout = []
-        rest: dict[str, Any] = {}
-        for key, value in self.items():
-            if (
-                isinstance(value, torch.Tensor)
-                and value.is_contiguous()
-                and value.untyped_storage().data_ptr() == base
-            ):
-                layout.append(
-                    (key, value.dtype, tuple(value.shape), int(value.storage_offset()) * value.element_size())
-                )
-            else:
-                rest[key] = value
+        layout, rest = split_by_storage(self, self.ring.slot_base(self.slot))
         return ReceivedRingPart, (self.ring.name, self.slot, self.worker, layout, rest, list(self.keys()))
 
 
@@ -149,7 +132,7 @@ class ReceivedRingPart:
         ring_name: str,
         slot: int,
         worker: int,
-        layout: PartLayout,
+        layout: StorageLayout,
         rest: dict[str, Any],
         order: list[str],
     ) -> None:
