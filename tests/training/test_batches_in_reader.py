@@ -125,6 +125,30 @@ def test_a_batch_across_workers_holds_its_cameras_in_one_shared_batch_of_the_rin
         shutdown_dataloader(loader)
 
 
+def test_an_iterator_left_mid_epoch_gives_its_ring_regions_back(small_dataset):
+    # The parts in flight when a new iterator starts are dropped by the DataLoader (or abandoned by
+    # their worker): their regions come back, so the next epoch's batches are again joined in the
+    # ring, and every sample is the map-style reader's.
+    dataset = _dataset(small_dataset)
+    reference = MapStyleLeRobotDataset(root=small_dataset, delta_timestamps=WINDOW, return_uint8=True)
+    starts = {e: reference.meta.episode_bounds(e)[0] for e in reference.episodes}
+    loader = streaming_dataloader(dataset, batch_size=4, num_workers=2, prefetch_factor=2)
+    try:
+        left = iter(loader)
+        for _ in range(3):
+            next(left)
+        whole = iter(loader)
+        batches = 0
+        for batch in whole:
+            batches += 1
+            _assert_map_style_samples(batch, reference, starts)
+        # All but the epoch's last batch, which holds worker 1's last part alone (worker 0 ran out
+        # first): its rows are not a batch's first, and the rows before them are worker 0's.
+        assert batches > 4 and whole.copied == 1 and whole.in_ring == batches - 1
+    finally:
+        shutdown_dataloader(loader)
+
+
 def test_a_custom_collate_keeps_batching_in_the_dataloader(small_dataset):
     def collate(samples):
         return [int(s["index"]) for s in samples]
