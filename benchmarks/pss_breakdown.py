@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", default="h264-g30")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--batches", type=int, default=24)
+    parser.add_argument("--episodes", type=int, default=None, help="read the first N episodes (as peers.py --episodes)")
     parser.add_argument("--loader", default="ours", choices=peers.OURS)
     parser.add_argument(
         "--decoders", action="store_true", help="only what the clip decoders hold (this process, 0 workers)"
@@ -198,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     base = {
         "fps": int(meta_ds.fps),
         "cameras": list(meta_ds.meta.video_keys),
-        "lengths": [int(x) for x in meta_ds.meta.episodes.length],
-        "episodes": None,
+        "lengths": [int(x) for x in meta_ds.meta.episodes.length][: args.episodes],
+        "episodes": None if args.episodes is None else list(range(args.episodes)),
         "local_root": str(root),
         "root": str(root),
         "seed": 0,
