@@ -227,3 +227,26 @@ def test_an_iterator_starts_in_the_slot_after_the_last_batch_joined():
     assert second.in_ring == 1 and batch["observation.images.top"].data_ptr() == ring.slot_base(1)
     _check(batch, 10)
     _check(last_of_epoch, 0)
+
+
+def test_names_are_unlinked_once_every_worker_attached_to_every_slot_and_the_ring_goes_on():
+    # Unlinked, the memory goes with the last process mapping it, however the processes end (a
+    # process group killed with its resource tracker included), instead of staying in /dev/shm.
+    from multiprocessing import shared_memory
+
+    ring = BatchRing(2, 2, BATCH, CAMERAS)
+    names = [ring._segments[slot].name for slot in range(2)] + [ring.name]
+    workers = [_worker_side(ring), _worker_side(ring)]
+    assert not ring.unlink_once_attached()
+    for number in range(5):  # the workers keep writing, the owner keeps joining
+        parts = [_crossed(_write_part(workers[w], number, w, BATCH * number + 3 * w)) for w in range(2)]
+        joined = JoinedParts(iter(parts), 2, ring=ring, first_slot=0)
+        joined._number = number
+        batch = next(joined)  # each worker has attached to both slots at its first claim: unlinked now
+        assert joined.in_ring == 1 and ring.unlinked
+        _check(batch, BATCH * number)
+        del batch
+        gc.collect()
+        for name in names:
+            with pytest.raises(FileNotFoundError):
+                shared_memory.SharedMemory(name=name)

@@ -356,3 +356,47 @@ def test_workers_end_by_themselves_when_the_loader_shuts_down(small_dataset):
     shutdown_dataloader(loader)
     # 0: each worker closed its graph and left; torch's terminate() after its 5 s join would give -15.
     assert [worker.exitcode for worker in workers] == [0, 0]
+
+
+RING_SCRIPT = """
+import sys
+from lerobot_nodes import StreamingLeRobotDataset, streaming_dataloader
+
+if __name__ == "__main__":
+    dataset = StreamingLeRobotDataset(root=sys.argv[1], return_uint8=True, seed=1)
+    loader = streaming_dataloader(dataset, batch_size=4, num_workers=2)
+    ring = dataset.batch_ring
+    names = [segment.name for segment in ring._segments.values()] + [ring.name]
+    batches = 0
+    while True:
+        for batch in loader:
+            batches += 1
+            if batches == 12:
+                print(ring.unlinked, *names, flush=True)
+"""
+
+
+def test_a_killed_process_group_leaves_no_batch_ring_in_dev_shm(small_dataset, tmp_path):
+    # The ring's segments hold whole batches (hundreds of MB at 480x640): once every worker has
+    # attached, their names are unlinked, so killing the whole group (its resource tracker too, as a
+    # job scheduler does) frees them with the last process instead of leaving them in /dev/shm.
+    script = tmp_path / "ring.py"
+    script.write_text(RING_SCRIPT)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(small_dataset)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().split()
+        tree = process_tree(process.pid)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert line and line[0] == "True", line
+    names = line[1:]
+    assert len(names) == 6 + 1  # prefetch_factor 4 + 2 slots and the control table
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while time.monotonic() < deadline and any(not is_gone(proc) for proc in tree.values()):
+        time.sleep(0.05)
+    assert all(is_gone(proc) for proc in tree.values()), tree
+    assert not set(names) & shm_names()

@@ -25,6 +25,10 @@ table): every worker counts the same parts, so the parts of one batch meet in on
 first batch does not go in the slot of the last one, which a training loop still holds when it asks
 for the next epoch. The training process checks that they did.
 
+Once every worker has attached to every slot, the training process unlinks the segments' names: the
+memory then goes with the last process that maps it, however the processes end (a whole process group
+killed included), instead of staying in ``/dev/shm``.
+
 A claimed region is given back whatever happens to its part: a worker frees the claims of parts it
 abandoned when its iterator is reset (its decode threads stopped first) or whose frames ended
 elsewhere; the training process frees the region of a part it received but never joined (the
@@ -53,8 +57,10 @@ CLAIMED = 0
 NAME_BYTES = 48
 """Room for a slot's segment name in the control table."""
 
-HEADER_BYTES = 64
-"""The control table's header: the slot of the current iterator's first part (an int64)."""
+def header_bytes(workers: int) -> int:
+    """The control table's header: the slot of the current iterator's first part (an int64), then a
+    byte per worker set once it has attached to every slot; a multiple of 64."""
+    return 64 * -(-(8 + workers) // 64)
 
 CameraSpec = tuple[str, torch.dtype, tuple[int, ...]]
 """``(key, dtype, shape of one sample)`` of a camera's tensor in a batch."""
@@ -92,10 +98,13 @@ class BatchRing:
         self.workers = workers
         self.batch_size = batch_size
         self._owner = True
-        self._control = Segment(create=True, size=HEADER_BYTES + self._control_dtype().itemsize * slots)
-        self._table = _table_of(self._control, self._control_dtype(), slots)
-        self._header = _header_of(self._control)
+        self._control = Segment(create=True, size=header_bytes(workers) + self._control_dtype().itemsize * slots)
+        self._table = _table_of(self._control, self._control_dtype(), slots, workers)
+        self._header, self._attached_workers = _header_of(self._control, workers)
         self._header[0] = 0
+        self._attached_workers[:] = 0
+        self._all_attached = False
+        self.unlinked = False
         self.joined = 0  # batches joined so far, over every iterator (owner only)
         self._unsent: dict[int, int] = {}
         self._table["name"] = b""
@@ -139,8 +148,10 @@ class BatchRing:
         self.slots, self.workers, self.batch_size = state["slots"], state["workers"], state["batch_size"]
         self._owner = False
         self._control = attach_untracked(state["name"])
-        self._table = _table_of(self._control, self._control_dtype(), self.slots)
-        self._header = _header_of(self._control)
+        self._table = _table_of(self._control, self._control_dtype(), self.slots, self.workers)
+        self._header, self._attached_workers = _header_of(self._control, self.workers)
+        self._all_attached = False
+        self.unlinked = False
         self.joined = 0
         self._unsent = {}
         self._segments = {}
@@ -165,6 +176,8 @@ class BatchRing:
         yet, holds another layout, or the region is not free."""
         if not 0 <= worker < self.workers:
             return None
+        if not self._all_attached:
+            self._attach_all(worker)
         slot = self.slot_of(part)
         table = self._table
         offsets, nbytes = slot_layout(cameras, self.batch_size)
@@ -211,6 +224,25 @@ class BatchRing:
     def first_row(self, worker: int) -> int:
         """The first row of ``worker``'s region in each slot."""
         return sum(split_evenly(self.batch_size, self.workers, w) for w in range(worker))
+
+    def _attach_all(self, worker: int) -> None:
+        """Attach to every slot once all are made, and say so (the owner then unlinks their names)."""
+        names = self._table["name"]
+        if not all(names):
+            return
+        if all(self._attached(slot, names[slot].decode()) is not None for slot in range(self.slots)):
+            self._all_attached = True
+            self._attached_workers[worker] = 1
+
+    def unlink_once_attached(self) -> bool:
+        """Unlink every segment's name once every worker has attached to every slot (owner only): the
+        memory stays mapped where it is, and goes with the last process, however it ends. True once done."""
+        if not self.unlinked and self._owner and bool(self._attached_workers.all()):
+            for segment in [*self._segments.values(), self._control]:
+                with contextlib.suppress(FileNotFoundError):
+                    segment.unlink()
+            self.unlinked = True
+        return self.unlinked
 
     def _attached(self, slot: int, name: str) -> torch.UntypedStorage | None:
         segment = self._segments.get(slot)
@@ -337,18 +369,19 @@ def _storage_of(segment: shared_memory.SharedMemory) -> torch.UntypedStorage:
     return torch.from_numpy(np.frombuffer(buffer, dtype=np.uint8)).untyped_storage()
 
 
-def _table_of(control: shared_memory.SharedMemory, dtype: np.dtype[Any], slots: int) -> np.ndarray:
+def _table_of(control: shared_memory.SharedMemory, dtype: np.dtype[Any], slots: int, workers: int) -> np.ndarray:
     """The control table, an array that holds an export of the segment's buffer: closing the segment
     fails while the table (or a finalizer that writes into it) lives, instead of unmapping it."""
     buffer = control.buf
     assert buffer is not None
-    return np.frombuffer(buffer, dtype=dtype, count=slots, offset=HEADER_BYTES)
+    return np.frombuffer(buffer, dtype=dtype, count=slots, offset=header_bytes(workers))
 
 
-def _header_of(control: shared_memory.SharedMemory) -> np.ndarray:
+def _header_of(control: shared_memory.SharedMemory, workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """The header's first slot (an int64 array of one) and its per-worker attached flags."""
     buffer = control.buf
     assert buffer is not None
-    return np.frombuffer(buffer, dtype="<i8", count=1)
+    return np.frombuffer(buffer, dtype="<i8", count=1), np.frombuffer(buffer, dtype=np.uint8, count=workers, offset=8)
 
 
 def _free_regions(table: np.ndarray, slot: int, regions: tuple[int, ...]) -> None:

@@ -236,6 +236,8 @@ class JoinedParts(Iterator[dict[str, Any]]):
         if not taken:
             raise StopIteration
         number, self._number = self._number, self._number + 1
+        if self.ring is not None and not self.ring.unlinked:
+            self.ring.unlink_once_attached()
         if self.ring is not None and not self.pin_memory:
             self.ring.joined += 1
             batch = self._joined_in_ring(taken, (self.first_slot + number) % self.ring.slots)
