@@ -469,6 +469,7 @@ def run_one(config: dict[str, Any]) -> dict[str, Any]:
         result["peak_decoded_mb"] = report.peak_decoded_bytes / 1e6
         result["decoded_budget_mb"] = report.decoded_budget_bytes / 1e6
         result["batch_segments_created"] = report.batch_segments_created
+        result["batch_parts_in_ring"] = report.batch_parts_in_ring
         result["decoded_per_delivered"] = report.decoded_per_delivered
     lengths = np.asarray(config["lengths"], dtype=np.int64)
     mixing = tally.figures(lengths)
