@@ -64,10 +64,12 @@ util: Any = _util
 
 PRELOAD = ["lerobot_nodes.dataset"]
 """What a forkserver started the stdlib way imports before it forks a worker."""
-IMPORTED_BEFORE_THE_FORK = ("torchdata.stateful_dataloader", "pyarrow.parquet")
+IMPORTED_BEFORE_THE_FORK = ("torchdata.stateful_dataloader", "pyarrow.parquet", "numpy.random")
 """What :func:`start_before_threads` imports first: what every DataLoader worker imports before its
-first batch (the worker loop, the Parquet reader) and the training process imports moments later
-anyway, so the server holds it once for every worker (shared pages) instead of each worker importing it."""
+first batch (the worker loop, the Parquet reader, and ``numpy.random``, which torch's worker loop
+imports to seed it and the schedule draws from: 4-10 ms per worker) and the training process imports
+moments later anyway, so the server holds it once for every worker (shared pages) instead of each
+worker importing it."""
 
 
 FORK_SAFE_ATTRIBUTE = "lerobot_nodes_fork_safe"
