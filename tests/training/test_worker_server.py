@@ -85,3 +85,30 @@ def test_workers_dump_their_stacks_on_sigusr2_however_the_server_started(runs, m
     # it again at its start, or SIGUSR2's default action would have ended it.
     assert [w["survived_sigusr2"] for w in runs[mode]["workers"]] == [True, True]
     assert runs[mode]["stderr"].count("Current thread") + runs[mode]["stderr"].count("Thread 0x") >= 2
+
+
+def test_codec_contexts_are_counted_as_the_full_object_list_counts_them(small_dataset):
+    # The server's copy counts them from the classes' referrers (no write to every object's page);
+    # the count must be the one a walk of every object gives, with contexts open, decoding, and gone.
+    import gc
+
+    import av
+    from av.codec.context import CodecContext
+
+    from lerobot_nodes.workers.server import open_codec_contexts
+
+    def listed() -> int:
+        return sum(1 for obj in gc.get_objects() if issubclass(type(obj), CodecContext))
+
+    gc.collect()
+    before = listed()
+    assert open_codec_contexts() == before
+    created = av.CodecContext.create("h264", "r")
+    container = av.open(str(next(Path(small_dataset, "videos").rglob("*.mp4"))))
+    next(container.decode(video=0))
+    held = [created, container]
+    assert open_codec_contexts() == listed() >= before + 2
+    container.close()
+    del held, created, container
+    gc.collect()
+    assert open_codec_contexts() == listed() == before
