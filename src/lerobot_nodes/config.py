@@ -87,8 +87,8 @@ class StreamingConfig:
     batch holds a part from each worker (each worker assembles ``batch_size / num_workers``
     samples of its own pool, the training process joins one part of each), so a batch draws on
     all of the rank's resident episodes, as with ``num_workers=0``; off, a batch comes from one
-    worker's pool (the order before). The training process then copies each batch once
-    (``lerobot_nodes.batch_memory.worker_parts``).
+    worker's pool (the order before). The workers decode their parts into their rows of shared whole
+    batches, so the join copies no frames (``lerobot_nodes.batch_memory.batch_ring``).
 
     ``streaming_disk_cache_gb`` bounds the node-local disk cache of remote byte ranges
     (``lerobot_nodes.sources.range_cache``): unset, the smaller of 50 GB and a quarter of the
