@@ -62,6 +62,7 @@ def header_bytes(workers: int) -> int:
     byte per worker set once it has attached to every slot; a multiple of 64."""
     return 64 * -(-(8 + workers) // 64)
 
+
 CameraSpec = tuple[str, torch.dtype, tuple[int, ...]]
 """``(key, dtype, shape of one sample)`` of a camera's tensor in a batch."""
 
