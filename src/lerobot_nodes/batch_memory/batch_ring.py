@@ -8,8 +8,9 @@ laid out as one whole batch's camera tensors; worker ``w`` decodes its part's fr
 its own rows of a slot (its *region*), so once every worker's part has arrived the batch's cameras
 are views of the slot, and nothing is copied.
 
-The training process owns the ring: it creates the slots (the first time it joins a batch that
-would go in one, from the parts' layout) and unlinks them when the loader goes. A region is written
+The training process owns the ring: it creates the slots (before the workers start, from the frame
+sizes ``info.json`` declares; where they are not known, the first time it joins a batch that would go
+in one, from the parts' layout) and unlinks them. A region is written
 by one worker only, and only while its flag in the ring's control table says :data:`FREE`: the
 worker sets it to :data:`CLAIMED` before it writes, the training process sets it back to
 :data:`FREE` once the batch that used the region is released (its last view collected) or its part
@@ -187,7 +188,7 @@ class BatchRing:
             not table["name"][slot]
             or int(table["nbytes"][slot]) != nbytes
             or int(table["signature"][slot]) != layout_signature(cameras, self.batch_size)
-            or rows != split_evenly(self.batch_size, self.workers, worker)
+            or rows != self.rows_of(worker)
             or table["free"][slot, worker] != FREE
         ):
             return None
@@ -222,9 +223,13 @@ class BatchRing:
         self._header[0] = first
         return first
 
+    def rows_of(self, worker: int) -> int:
+        """The rows of ``worker``'s region in each slot: its share of the batch."""
+        return split_evenly(self.batch_size, self.workers, worker)
+
     def first_row(self, worker: int) -> int:
         """The first row of ``worker``'s region in each slot."""
-        return sum(split_evenly(self.batch_size, self.workers, w) for w in range(worker))
+        return sum(self.rows_of(w) for w in range(worker))
 
     def _attach_all(self, worker: int) -> None:
         """Attach to every slot once all are made, and say so (the owner then unlinks their names)."""

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import split_evenly
 from .batch_ring import BatchRing, CameraSpec, owned_ring
 from .recycled_storage import IN_PROCESS_KEEP, RecycledBatch, RecycledStorages
 from .storage_views import StorageLayout, split_by_storage, tensors_in_one_storage
@@ -323,7 +322,7 @@ class JoinedParts(Iterator[dict[str, Any]]):
             if part.slot != slot or part.worker != position or len(part.layout) != len(layout):
                 return False
             first_row = ring.first_row(part.worker)
-            if part.rows > split_evenly(ring.batch_size, ring.workers, part.worker):
+            if part.rows > ring.rows_of(part.worker):
                 return False
             for key, dtype, shape, offset in part.layout:
                 if key not in layout:
