@@ -100,7 +100,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 FLOORS: list[tuple[str, ...]] = [
-    ("_version", "errors", "atomic", "home", "config", "heap", "lazy_exports"),  # what everything may use
+    ("_version", "errors", "atomic", "home", "config", "heap", "lazy_exports", "arrays"),  # what everything may use
     ("workers",),  # DataLoader worker processes, shared-memory segments
     ("metrics", "batch_mixing"),  # the sink nodes count into, the shared counter table; batch-mixing figures
     ("sources",),  # bytes: local, fsspec, Hub, HTTP

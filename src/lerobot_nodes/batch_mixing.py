@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import sorted_unique
+
 NEAR_FRAMES = 5
 """Frames apart at most for a same-batch pair of one episode to count as a near pair."""
 
@@ -142,7 +144,7 @@ class MixingTally:
         size = int(episodes.size)
         self.batches += 1
         self.samples += size
-        self.distinct_sum += int(np.unique(episodes).size)
+        self.distinct_sum += int(sorted_unique(episodes).size)
         self.batch_sizes[size] = self.batch_sizes.get(size, 0) + 1
         if size > 1:
             left, right = _pair_indices(size)

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from .arrays import sorted_difference, sorted_union, sorted_unique
 from .errors import LeRobotNodesError, MetadataError
 from .format.meta import STATS_PATH, DatasetMeta
 from .format.parquet_columns import read_footer_tail
@@ -82,7 +83,7 @@ class Finding:
 
 def describe_episodes(episodes: np.ndarray) -> str:
     """``episodes 0-3, 7 (5 episodes)``: consecutive runs joined, at most a few runs shown."""
-    episodes = np.unique(np.asarray(episodes, dtype=np.int64))
+    episodes = sorted_unique(np.asarray(episodes, dtype=np.int64))
     if len(episodes) == 1:
         return f"episode {int(episodes[0])}"
     breaks = np.flatnonzero(np.diff(episodes) != 1) + 1
@@ -245,7 +246,7 @@ def check_data_files(
         "frame_index": (np.zeros(n), _reduce(inverse, table.length - 1, n, np.maximum, -math.inf)),
         "timestamp": (np.zeros(n), _reduce(inverse, (table.length - 1) / meta.fps, n, np.maximum, -math.inf)),
     }  # fmt: skip
-    used = np.unique(inverse[episodes])
+    used = sorted_unique(inverse[episodes])
     members = _members(groups, episodes)
     paths = {int(f): meta.data_file(int(groups.first[f])) for f in used.tolist()}
     bad = np.zeros(len(table), dtype=bool)
@@ -311,7 +312,7 @@ def video_files_by_episode(meta: DatasetMeta, episodes: np.ndarray) -> dict[str,
     for key in meta.video_keys:
         spans = meta.episodes.videos[key]
         groups = _FileGroups.of(spans.chunk_index, spans.file_index)
-        used = np.unique(groups.inverse[episodes]).tolist()
+        used = sorted_unique(groups.inverse[episodes]).tolist()
         out[key] = (groups, {f: meta.video_file(int(groups.first[f]), key) for f in used})
     return out
 
@@ -471,12 +472,12 @@ def check_dataset(
     checkable = chosen[readable]
     counted = checkable
     if span_overflows is not None and len(checkable):
-        counted = np.setdiff1d(checkable, span_overflows(indexes, checkable))
+        counted = sorted_difference(checkable, span_overflows(indexes, checkable))
     check_frame_counts(meta, counted, by_key, indexes, findings)
     check_stats(meta, findings)
     if everything:
         check_orphans(meta, listed, findings)
-    return DoctorReport(findings, dict(indexes), checkable, np.union1d(bad_data, chosen[~readable]))
+    return DoctorReport(findings, dict(indexes), checkable, sorted_union(bad_data, chosen[~readable]))
 
 
 # -- bad episodes: what ``--dataset.streaming_bad_episodes`` acts on -------------------------------
@@ -499,7 +500,7 @@ class BadEpisodes:
         """Every bad episode, sorted and distinct."""
         if not self.kinds:
             return np.zeros(0, dtype=np.int64)
-        return np.unique(np.concatenate([episodes for episodes, _ in self.kinds.values()]))
+        return sorted_unique(np.concatenate([episodes for episodes, _ in self.kinds.values()]))
 
     def __len__(self) -> int:
         return len(self.episodes)
@@ -520,7 +521,7 @@ class BadEpisodes:
         for name, bad in found:
             for kind, (episodes, reason) in bad.kinds.items():
                 if kind in kinds:
-                    kinds[kind] = (np.union1d(kinds[kind][0], episodes), kinds[kind][1])
+                    kinds[kind] = (sorted_union(kinds[kind][0], episodes), kinds[kind][1])
                 else:
                     kinds[kind] = (episodes, f"{name}: {reason}")
         return BadEpisodes(kinds)
@@ -528,7 +529,7 @@ class BadEpisodes:
 
 def shown_episodes(episodes: np.ndarray) -> str:
     """``episodes 3, 8, 11, 12, 20, ... (40 episodes)``: the first :data:`SHOWN_SKIPPED` and the count."""
-    chosen = np.unique(np.asarray(episodes, dtype=np.int64))
+    chosen = sorted_unique(np.asarray(episodes, dtype=np.int64))
     if len(chosen) == 1:
         return f"episode {int(chosen[0])}"
     head = ", ".join(str(int(e)) for e in chosen[:SHOWN_SKIPPED])
@@ -542,7 +543,7 @@ def episodes_to_skip(meta: DatasetMeta, report: DoctorReport, tolerance_s: float
     ``video_checks`` problem ``inspect`` lists under "video metadata"). Camera info problems are not
     episodes' problems (they concern ``meta/info.json``) and stay errors. Reads nothing."""
     findings = report.findings
-    kinds = {kind: (np.unique(np.concatenate(found)), findings.first_message(kind)) for kind, found in findings.affected.items()}
+    kinds = {kind: (sorted_unique(np.concatenate(found)), findings.first_message(kind)) for kind, found in findings.affected.items()}
     if meta.video_keys and len(report.video_checkable):
         past = span_overflows(meta, report.indexes, report.video_checkable, tolerance_s)
         if len(past):
@@ -564,7 +565,7 @@ def missing_file_error(meta: DatasetMeta, episodes: np.ndarray, listed: Mapping[
     for chunks, files, key in kinds:
         groups = _FileGroups.of(chunks, files)
         members = _members(groups, episodes)
-        for f in np.unique(groups.inverse[episodes]).tolist():
+        for f in sorted_unique(groups.inverse[episodes]).tolist():
             first = int(groups.first[f])
             path = meta.data_file(first) if key is None else meta.video_file(first, key)
             if path not in listed:
@@ -629,7 +630,7 @@ def open_checked(
         return indexes, BadEpisodes()
     report = check_dataset(meta, chosen.tolist(), tolerance_s, tolerant_open(open_strict), _past_end(meta, tolerance_s))
     bad = episodes_to_skip(meta, report, tolerance_s)
-    remaining = np.setdiff1d(chosen, bad.episodes)
+    remaining = sorted_difference(chosen, bad.episodes)
     if meta.video_keys and len(remaining):
         check_video_metadata(meta, report.indexes, remaining.tolist(), tolerance_s)
     return report.indexes, bad

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import sorted_unique
 from .errors import MetadataError
 from .format.meta import INFO_PATH, DatasetMeta
 from .mp4.index import VideoIndex
@@ -169,7 +170,7 @@ def span_overflows(
     chosen = np.fromiter((int(e) for e in episodes), dtype=np.int64)
     streams = stream_infos(meta, indexes, chosen)
     found = [overflowing(meta, key, chosen, streams, tolerance_s) for key in meta.video_keys]
-    return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+    return sorted_unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
 
 
 def video_problems(

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from ..arrays import sorted_union, sorted_unique
 from ..config import SAMPLING_STRATEGIES, resolve_seed
 from ..errors import ConfigError
 from ..fetch.byte_cache import ByteBudget
@@ -111,7 +112,7 @@ def frame_order(
         blocks = np.random.default_rng(sequence).permutation(-(-length // block))
         order = (blocks[:, None] * block + np.arange(block)[None, :]).reshape(-1)
         return order[order < length]
-    starts = np.unique(np.asarray(run_starts, dtype=np.int64))
+    starts = sorted_unique(np.asarray(run_starts, dtype=np.int64))
     starts = np.concatenate(([0], starts[(starts > 0) & (starts < length)]))
     bounds = np.append(starts, length)
     runs = np.random.default_rng(sequence).permutation(len(starts))
@@ -142,12 +143,12 @@ def gop_run_starts(
     anchor of a run then reads its window from the GOPs it starts, and the run's last anchors
     read into the next GOP by decoding forward, never back.
     """
-    cameras = [np.unique(np.asarray(s, dtype=np.int64)) for s in gop_starts]
-    merged = np.unique(np.concatenate(cameras or [np.zeros(0, np.int64)]))
+    cameras = [sorted_unique(np.asarray(s, dtype=np.int64)) for s in gop_starts]
+    merged = sorted_unique(np.concatenate(cameras or [np.zeros(0, np.int64)]))
     merged = merged[merged > 0]
     keep = np.ones(len(merged), dtype=bool)
     for starts in cameras:
-        starts = np.union1d(starts, [0])
+        starts = sorted_union(starts, [0])
         last = starts[np.searchsorted(starts, merged, side="right") - 1]
         keep &= merged - last <= max(0, int(max_skew))
     return merged[keep] + max(0, int(lookback))

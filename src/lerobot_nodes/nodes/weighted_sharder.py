@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from ..arrays import sorted_unique
 from ..config import resolve_seed
 from ..errors import ConfigError
 from .sharder import CONTIGUOUS_SPLIT, RankWorkerSharder, rank_episodes, seed_entropy
@@ -279,8 +280,8 @@ class WeightedMixtureSharder(BaseNode[int]):
         visited = [set(part.episodes) for part in self.datasets]
         self._leads: list[tuple[np.ndarray, np.ndarray]] = []
         if lead is not None:
-            tails = np.unique(np.fromiter((int(e) for e in lead.tails), dtype=np.int64))
-            rest = np.unique(np.asarray([int(e) for e in lead.rest], dtype=np.int64))
+            tails = sorted_unique(np.fromiter((int(e) for e in lead.tails), dtype=np.int64))
+            rest = sorted_unique(np.asarray([int(e) for e in lead.rest], dtype=np.int64))
             tails_placed, rest_placed = np.zeros(len(tails), dtype=bool), np.zeros(len(rest), dtype=bool)
             for d, episodes in enumerate(parts):  # vectorised per dataset: a lead may hold most of a large mixture
                 own = np.asarray(episodes, dtype=np.int64)
