@@ -50,6 +50,14 @@ def test_a_copy_holding_an_open_codec_becomes_a_new_interpreter(runs):
     assert "multiprocessing.forkserver" in codec["command"]
 
 
+@pytest.mark.parametrize("mode", ["plain", "dataset", "thread"])
+def test_what_a_forked_server_shares_the_trainers_collector_leaves_alone(runs, mode):
+    # Objects alive at the fork are frozen in the training process: its full collections would
+    # write into each of them and copy the pages the server and workers share (35-48 MB over S3).
+    # A new interpreter shares nothing, and the training process's collector is left as it was.
+    assert runs[mode]["frozen_at_fork"] is (mode != "thread")
+
+
 @pytest.mark.parametrize("mode", ["dataset", "thread-after-dataset"])
 def test_building_the_dataset_forks_the_server_before_later_threads(runs, mode):
     # No start_worker_context() call: the dataset forked the server before anything started a

@@ -246,6 +246,10 @@ class ForkedServer(forkserver.ForkServer):
                 for stream in (sys.stdout, sys.stderr):
                     if stream is not None:
                         stream.flush()  # or the server and every worker would print it again
+                # Everything alive now is shared with the copy page by page. The collector's full
+                # passes in this process write into every object they walk, so each one would
+                # copy those pages here (35-48 MB measured over S3); frozen objects are not walked.
+                gc.freeze()
                 self.forking = True
                 try:
                     pid = os.fork()
@@ -279,6 +283,7 @@ def _serve(listener_fd: int, alive_r: int, alive_w: int, kept_w: int) -> None:
         os.close(alive_w)
         SERVER._lock = threading.Lock()  # forked while held: a fresh one for this process and its workers
         guard_server()
+        gc.unfreeze()  # frozen before the fork: back where the referrer walk looks (frozen again below)
         if open_codec_contexts():
             _exec_stdlib_server(listener_fd, alive_r)
         os.write(kept_w, KEPT_MODULES)

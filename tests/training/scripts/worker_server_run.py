@@ -17,6 +17,7 @@ process's handlers, and a digest of the batches.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -58,6 +59,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO)
     dump_stacks_on(signal.SIGUSR2)
     stop = threading.Event()
+    built_before = {"a trainer's object from before the dataset": [1, 2, 3]}
     if mode == "thread":
         threading.Thread(target=stop.wait, name="trainer-side-thread", daemon=True).start()
     decoder = None
@@ -68,6 +70,8 @@ def main() -> None:
     if mode not in ("dataset", "thread-after-dataset"):
         start_worker_context()
     dataset = StreamingLeRobotDataset(root=root, return_uint8=True, seed=5)
+    walked = {id(obj) for obj in gc.get_objects()}  # the collector's generations, not the frozen objects
+    frozen = gc.get_freeze_count() > 0 and id(built_before) not in walked
     if mode == "thread-after-dataset":
         threading.Thread(target=stop.wait, name="like-s3fs-event-loop", daemon=True).start()
     loader = streaming_dataloader(dataset, batch_size=4, num_workers=2, worker_init_fn=RecordWorker(out))
@@ -88,7 +92,7 @@ def main() -> None:
         json.dumps(
             {
                 "forked": SERVER.forked, "shares_main": SERVER.workers_share_main(), "command": command,
-                "workers": workers, "digest": digest.hexdigest(),
+                "workers": workers, "digest": digest.hexdigest(), "frozen_at_fork": frozen,
             }  # fmt: skip
         )
     )
