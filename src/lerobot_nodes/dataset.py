@@ -36,6 +36,7 @@ from .format.depth import DEFAULT_DEPTH_UNIT
 from .format.meta import DatasetMeta, load_meta, select_episodes
 from .format.mixture import MixtureMeta, part_prefix
 from .format.mixture_open import MixtureRequest, RootArgument, is_mixture, open_mixture
+from .heap import arrow_allocates_from_the_heap
 from .metrics import BAD_EPISODES_FOUND, StreamingMetrics, WorkerCounters, WorkerMetrics
 from .mp4.index import VideoIndex
 from .nodes.sharder import max_workers_for_rank, rank_episodes, worker_episodes
@@ -481,6 +482,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
             # A worker of any DataLoader (not only streaming_dataloader's) ends with the
             # training process; idempotent, and a no-op when worker_init_fn did it already.
             guard_worker()
+            arrow_allocates_from_the_heap()
             adopt_environment(self.__dict__.pop(PARENT_ENVIRON_KEY, None))
             if not self.__dict__.get(EXIT_CLOSE_KEY):
                 self.__dict__[EXIT_CLOSE_KEY] = True

@@ -39,3 +39,33 @@ def test_workers_adopt_the_environment_of_the_process_that_starts_them(small_dat
     finally:
         shutdown_dataloader(loader)
     assert batches and all(bool((batch["observation.images.top"] == 1).all()) for batch in batches)
+
+
+class MarkIfArrowUsesTheHeap:
+    """An image transform reporting, in the pixels, whether pyarrow allocates from the C heap here."""
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        import pyarrow as pa
+
+        return torch.full_like(image, 1 if pa.default_memory_pool().backend_name == "system" else 0)
+
+
+def test_workers_read_parquet_into_the_c_heap_the_trimmer_hands_back(small_dataset):
+    # pyarrow's bundled allocator keeps freed pages for itself (about 8 MB per worker); the
+    # training process's own default is left alone.
+    import pyarrow as pa
+
+    trainers = pa.default_memory_pool().backend_name
+    dataset = StreamingLeRobotDataset(
+        root=small_dataset,
+        delta_timestamps={"observation.images.top": [0.0]},
+        image_transforms=MarkIfArrowUsesTheHeap(),
+        return_uint8=True,
+    )
+    loader = streaming_dataloader(dataset, batch_size=4, num_workers=2)
+    try:
+        batches = [batch for _, batch in zip(range(4), loader, strict=False)]
+    finally:
+        shutdown_dataloader(loader)
+    assert batches and all(bool((batch["observation.images.top"] == 1).all()) for batch in batches)
+    assert pa.default_memory_pool().backend_name == trainers
