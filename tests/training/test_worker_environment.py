@@ -4,6 +4,8 @@ was when the forkserver started (``start_worker_context`` starts it early)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -27,18 +29,20 @@ def test_workers_adopt_the_environment_of_the_process_that_starts_them(small_dat
     monkeypatch.delenv(MARK, raising=False)
     start_worker_context()  # the forkserver runs (or already ran) without the mark
     monkeypatch.setenv(MARK, "set after the forkserver started")
+    assert every_worker_batch_marked(small_dataset, MarkIfEnvironmentSeen("set after the forkserver started"))
+
+
+def every_worker_batch_marked(root: Path, mark: Callable[[torch.Tensor], torch.Tensor]) -> bool:
+    """Whether 4 batches read by 2 workers, with ``mark`` as the image transform, are all 1s."""
     dataset = StreamingLeRobotDataset(
-        root=small_dataset,
-        delta_timestamps={"observation.images.top": [0.0]},
-        image_transforms=MarkIfEnvironmentSeen("set after the forkserver started"),
-        return_uint8=True,
+        root=root, delta_timestamps={"observation.images.top": [0.0]}, image_transforms=mark, return_uint8=True
     )
     loader = streaming_dataloader(dataset, batch_size=4, num_workers=2)
     try:
         batches = [batch for _, batch in zip(range(4), loader, strict=False)]
     finally:
         shutdown_dataloader(loader)
-    assert batches and all(bool((batch["observation.images.top"] == 1).all()) for batch in batches)
+    return bool(batches) and all(bool((batch["observation.images.top"] == 1).all()) for batch in batches)
 
 
 class MarkIfArrowUsesTheHeap:
@@ -56,16 +60,5 @@ def test_workers_read_parquet_into_the_c_heap_the_trimmer_hands_back(small_datas
     import pyarrow as pa
 
     trainers = pa.default_memory_pool().backend_name
-    dataset = StreamingLeRobotDataset(
-        root=small_dataset,
-        delta_timestamps={"observation.images.top": [0.0]},
-        image_transforms=MarkIfArrowUsesTheHeap(),
-        return_uint8=True,
-    )
-    loader = streaming_dataloader(dataset, batch_size=4, num_workers=2)
-    try:
-        batches = [batch for _, batch in zip(range(4), loader, strict=False)]
-    finally:
-        shutdown_dataloader(loader)
-    assert batches and all(bool((batch["observation.images.top"] == 1).all()) for batch in batches)
+    assert every_worker_batch_marked(small_dataset, MarkIfArrowUsesTheHeap())
     assert pa.default_memory_pool().backend_name == trainers
