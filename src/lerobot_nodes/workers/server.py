@@ -247,8 +247,8 @@ class ForkedServer(forkserver.ForkServer):
                     if stream is not None:
                         stream.flush()  # or the server and every worker would print it again
                 # Everything alive now is shared with the copy page by page. The collector's full
-                # passes in this process write into every object they walk, so each one would
-                # copy those pages here (35-48 MB measured over S3); frozen objects are not walked.
+                # passes in this process write into every object they walk, so each one would copy
+                # those pages here (tens of MB with 2 workers over S3); frozen objects are not walked.
                 gc.freeze()
                 self.forking = True
                 try:
