@@ -27,8 +27,7 @@ def arrow_allocates_from_the_heap() -> None:
 
     pyarrow's bundled allocator (mimalloc or jemalloc) keeps the pages of freed buffers for itself:
     each worker held about 8 MB of Parquet reads that way. From the C heap they go back to the
-    system with the rest (:func:`glibc_malloc_trim`, ``nodes.HeapTrimmer``): 2 workers, 16 MB less
-    peak PSS at the same samples/s.
+    system with the rest (:func:`glibc_malloc_trim`, ``nodes.HeapTrimmer``).
     """
     import pyarrow as pa
 
