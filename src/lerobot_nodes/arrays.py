@@ -14,7 +14,7 @@ from numpy.typing import ArrayLike
 
 def sorted_unique(values: ArrayLike) -> np.ndarray:
     """The distinct values of ``values`` (flattened), sorted: ``np.unique(values)`` for integers."""
-    ordered = np.sort(np.ravel(np.asarray(values)))
+    ordered = np.sort(np.ravel(values))
     if ordered.size < 2:
         return ordered
     first = np.empty(ordered.size, dtype=bool)
@@ -25,10 +25,10 @@ def sorted_unique(values: ArrayLike) -> np.ndarray:
 
 def sorted_union(left: ArrayLike, right: ArrayLike) -> np.ndarray:
     """``np.union1d(left, right)`` for integers."""
-    return sorted_unique(np.concatenate((np.ravel(np.asarray(left)), np.ravel(np.asarray(right)))))
+    return sorted_unique(np.concatenate((np.ravel(left), np.ravel(right))))
 
 
 def sorted_difference(left: ArrayLike, right: ArrayLike) -> np.ndarray:
     """``np.setdiff1d(left, right)`` for integers: the distinct values of ``left`` not in ``right``, sorted."""
     distinct = sorted_unique(left)
-    return distinct[~np.isin(distinct, np.asarray(right))]
+    return distinct[~np.isin(distinct, right)]
