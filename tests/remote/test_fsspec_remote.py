@@ -6,11 +6,13 @@ import os
 import pickle
 
 import fsspec
+import fsspec.config
 import pytest
 
 from lerobot_nodes.errors import SourceFileNotFoundError
 from lerobot_nodes.sidecar import SidecarCache
 from lerobot_nodes.sources import FsspecSource, open_source
+from lerobot_nodes.sources.s3_session import shared_session, with_shared_session
 from lerobot_nodes.testing import write_dataset
 
 from .streaming_checks import assert_epoch_matches_local, epoch_samples, streaming
@@ -74,6 +76,25 @@ def test_s3_identity_is_the_etag_and_indexes_are_cached(s3_endpoint, local_datas
     _, second = SidecarCache().open(open_source("s3://lerobot/datasets/small"), meta.video_files())
     assert first.built and not second.built and second.reused == sorted(meta.video_files())
     assert b"testing" not in pickle.dumps(source)  # credentials come from the environment, not the pickle
+
+
+def test_an_s3_source_sent_to_another_process_opens_its_file_system_with_that_processs_session(s3_endpoint):
+    source = open_source("s3://lerobot/datasets/small")
+    assert source.fs.session is shared_session()
+    copy = pickle.loads(pickle.dumps(source))
+    assert copy.fs.session is shared_session()  # this process's: a worker's is the one it inherited
+    path = "meta/info.json"
+    assert copy.read_file(path) == source.read_file(path)
+
+
+def test_s3_options_that_choose_a_session_keep_it(monkeypatch):
+    assert with_shared_session("s3://bucket/data", {"anon": True}) == {"anon": True, "session": shared_session()}
+    mine = object()
+    assert with_shared_session("s3://bucket/data", {"session": mine})["session"] is mine
+    assert "session" not in with_shared_session("s3://bucket/data", {"profile": "robot-lab"})
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"profile": "robot-lab"})  # FSSPEC_S3_PROFILE
+    assert "session" not in with_shared_session("s3://bucket/data", {})
+    assert with_shared_session("memory://data", {}) == {}
 
 
 def test_s3_missing_prefix_is_a_clear_error(s3_endpoint):

@@ -16,45 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import S3_ROOT
+
 SCRIPT = Path(__file__).parent / "scripts" / "unguarded_script.py"
-S3_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 GUARD = 'if __name__ == "__main__":'
-
-
-@pytest.fixture(scope="module")
-def s3_env(small_dataset):
-    """A moto S3 server on 127.0.0.1 holding the dataset under s3://main-guard/small; yields the
-    environment variables that point s3fs at it."""
-    pytest.importorskip("s3fs")
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {**S3_ENV, "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
-    try:
-        import s3fs
-
-        fs = s3fs.S3FileSystem(
-            key=env["AWS_ACCESS_KEY_ID"], secret=env["AWS_SECRET_ACCESS_KEY"], endpoint_url=env["AWS_ENDPOINT_URL"],
-            skip_instance_cache=True,
-        )  # fmt: skip
-        fs.mkdir("main-guard")  # moto keeps buckets per process: a name no other test uses
-        fs.put(str(small_dataset), "main-guard/small", recursive=True)
-        yield env
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["local", "s3"])
 def root_and_env(request, small_dataset):
     if request.param == "local":
         return str(small_dataset), {}
-    return "s3://main-guard/small", request.getfixturevalue("s3_env")
+    return S3_ROOT, request.getfixturevalue("s3_env")
 
 
 def run_script(root: str, env: dict[str, str], mode: str, **extra: str) -> subprocess.CompletedProcess[str]:

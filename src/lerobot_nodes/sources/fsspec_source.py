@@ -6,6 +6,9 @@ A backend that reports none (``memory://``, plain HTTP without ETags) has no sta
 identities: its video indexes are rebuilt at every open (SPEC §4). Credentials are the
 backend's business (environment, config files); pass secrets that way rather than in
 ``storage_options``, which fsspec keeps on its filesystem objects.
+
+A copy sent to another process (a DataLoader worker) opens the file system again there, from the URL
+and options: an ``s3://`` one with that process's shared session (:mod:`.s3_session`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from ..errors import SourceAuthError, SourceError, SourceFileNotFoundError, SourceUnavailableError
 from .base import ByteRange, ByteSource, FileInfo
 from .listing import FileListing
+from .s3_session import with_shared_session
 
 IDENTITY_FIELDS = ("generation", "VersionId", "version_id", "ETag", "etag", "md5Hash", "crc32c", "xet_hash", "sha256")
 """``fs.info()`` fields that name a file's content, most specific first."""
@@ -41,15 +45,9 @@ class FsspecSource(ByteSource):
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        import fsspec
-
         self._url = url.rstrip("/")
         self._storage_options = dict(storage_options or {})
-        try:
-            self.fs, self.root = fsspec.core.url_to_fs(self._url, **self._storage_options)
-        except (ImportError, ValueError) as error:
-            raise SourceError(f"cannot open {self._url} with fsspec: {error}") from None
-        self.root = self.root.rstrip("/")
+        self.fs, self.root = self._open_filesystem()
         with self._errors(self._url):
             listing = self.fs.find(self.root, detail=True)
         if not listing:
@@ -65,6 +63,24 @@ class FsspecSource(ByteSource):
         self.has_stable_identity = all(f.fingerprint is not None for f in self._listing)
         # A local file system reached through fsspec is a local folder: never copied into the byte cache.
         self.caches_bytes = not ({"file", "local"} & set(_protocols(self.fs)))
+
+    def _open_filesystem(self) -> tuple[Any, str]:
+        import fsspec
+
+        try:
+            fs, root = fsspec.core.url_to_fs(self._url, **with_shared_session(self._url, self._storage_options))
+        except (ImportError, ValueError) as error:
+            raise SourceError(f"cannot open {self._url} with fsspec: {error}") from None
+        return fs, root.rstrip("/")
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        del state["fs"]  # opened again where the copy lands, with that process's session
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self.fs, _ = self._open_filesystem()
 
     @property
     def url(self) -> str:

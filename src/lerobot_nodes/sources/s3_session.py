@@ -1,0 +1,91 @@
+"""One aiobotocore session per process for the ``s3://`` file systems this package opens.
+
+s3fs gives each file system a session of its own unless it is handed one, and a new session reads
+botocore's data for S3 (the service model, endpoint rules and partitions, parsed from JSON: about
+14 MB and 0.1 s of CPU here) when it creates its first client. Every DataLoader worker opens its own
+file system, so every worker paid that again. :func:`shared_session` is one session per process,
+and :func:`load_shared_session` reads its data; the dataset calls it before it forks the workers'
+server, so the training process, the server and every worker forked from it share those pages
+instead of each parsing a copy.
+
+A session holds no connection and no credentials until a client asks for them: each process still
+resolves its own credentials and opens its own connections, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+S3FS_CLASS = "s3fs.S3FileSystem"
+SESSION_OPTION = "session"
+"""s3fs's option for a session made by its caller."""
+
+_session: Any = None
+_loaded = False
+
+
+def reads_through_s3fs(url: object) -> bool:
+    """Whether fsspec opens ``url`` with s3fs (``s3://``, ``s3a://``)."""
+    if not isinstance(url, str) or "://" not in url:
+        return False
+    from fsspec.registry import known_implementations
+
+    scheme = url.split("://", 1)[0].lower()
+    return known_implementations.get(scheme, {}).get("class") == S3FS_CLASS
+
+
+def shared_session() -> Any:
+    """This process's session (made at the first call; a forked process keeps its parent's)."""
+    global _session
+    if _session is None:
+        from aiobotocore.session import AioSession
+
+        _session = AioSession()
+    return _session
+
+
+def load_shared_session() -> None:
+    """Read the S3 data of :func:`shared_session` now (once per process): the service model,
+    endpoint rules and partitions every client of it needs. Starts no thread and no event loop,
+    and opens no connection. A no-op where aiobotocore has no ``warm_up_loader_caches`` (older
+    releases: each session then reads the data at its first client, as before)."""
+    global _loaded
+    if _loaded:
+        return
+    warm_up = getattr(shared_session(), "warm_up_loader_caches", None)
+    if warm_up is not None:
+        warm_up("s3")
+    _loaded = True
+
+
+def load_before_the_fork(root: object) -> None:
+    """:func:`load_shared_session` if a dataset ``root`` (or one of a mixture's roots) reads through
+    s3fs, so the process about to fork the workers' server shares its data with them. Leaves a
+    missing s3fs or aiobotocore to the error opening the root gives."""
+    roots = root if isinstance(root, (list, tuple)) else [root]
+    if any(reads_through_s3fs(part) for part in roots):
+        with contextlib.suppress(ImportError):
+            load_shared_session()
+
+
+def with_shared_session(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """``storage_options`` for ``url``, with :func:`shared_session` added where fsspec opens it with
+    s3fs and the options (fsspec's configuration included) choose no session of their own: neither
+    ``session`` nor one of a session's parameters (``profile``, ``session_vars``...)."""
+    options = dict(storage_options)
+    if not reads_through_s3fs(url):
+        return options
+    import fsspec
+    from aiobotocore.session import AioSession
+    from fsspec.config import apply_config
+
+    filesystem_class = fsspec.get_filesystem_class(url.split("://", 1)[0].lower())
+    chosen = apply_config(filesystem_class, dict(options))
+    if {SESSION_OPTION, *inspect.signature(AioSession).parameters} & chosen.keys():
+        return options
+    options[SESSION_OPTION] = shared_session()
+    return options
+
