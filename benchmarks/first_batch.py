@@ -33,11 +33,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent / "drivers"))  # the drivers' shared helpers
 
 DEFAULT_ROOT = "/work/shared/datasets/lerobot-writer-small"
-S3_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 S3_PREFIX = "lerobot/first-batch"
 
 
@@ -107,26 +102,14 @@ def child(root: str, local_root: str, workers: int, start_context: bool) -> None
 
 @contextlib.contextmanager
 def s3_copy(local_root: str) -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 holding ``local_root``; yields its endpoint URL."""
-    import logging
+    """A moto S3 server on 127.0.0.1 holding ``local_root`` at ``s3://S3_PREFIX`` (this process's
+    environment pointing s3fs at it); yields its endpoint URL."""
+    from lerobot_nodes.testing.s3 import LoopbackS3
 
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
-    try:
-        import s3fs
-
-        fs = s3fs.S3FileSystem(skip_instance_cache=True)
-        fs.mkdir(S3_PREFIX.split("/")[0])
-        fs.put(local_root, S3_PREFIX, recursive=True)
-        yield endpoint
-    finally:
-        server.stop()
+    with LoopbackS3() as server:
+        os.environ.update(server.environment())
+        server.upload(local_root, f"s3://{S3_PREFIX}")
+        yield server.endpoint
 
 
 def parse_sides(values: list[str]) -> list[tuple[str, str | None, bool]]:

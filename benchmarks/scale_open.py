@@ -45,6 +45,9 @@ warm: the cache a first open filled) and over the loopback Hub with ``--latency-
 
     python benchmarks/scale_open.py --files 100 1000 5000 20000 --nofile 1024
     python benchmarks/scale_open.py --files 100 1000 5000 --files-modes hub-cold --latency-ms 50
+    # over an S3-compatible server (moto on loopback, LoopbackS3) with --latency-ms per request;
+    # s3-warm: the index cache a first open filled, so the listing and metadata are what is left
+    python benchmarks/scale_open.py --files 1000 5000 20000 --files-modes s3-warm --latency-ms 20
 
 The datasets are written once under ``--root`` (default ``/tmp/lerobot-nodes-scale-open``) and
 reused by later runs (``--rewrite`` writes them again).
@@ -219,9 +222,9 @@ def child(root: Path, mode: str) -> None:
 # ----------------------------------------------------------------------------- the files dimension (child)
 
 
-def files_child(root: Path, where: str, nofile: int | None) -> None:
-    """Construct ``StreamingLeRobotDataset`` over ``root`` (a local folder, or ``bench/files`` on the
-    Hub at ``$HF_ENDPOINT``) and take its first sample; time each phase."""
+def files_child(root: str, where: str, nofile: int | None) -> None:
+    """Construct ``StreamingLeRobotDataset`` over ``root`` (a local folder or an ``s3://`` URL, or
+    ``bench/files`` on the Hub at ``$HF_ENDPOINT``) and take its first sample; time each phase."""
     import resource
 
     if nofile:
@@ -242,6 +245,7 @@ def files_child(root: Path, where: str, nofile: int | None) -> None:
 
     dataset_module.load_meta = timed("meta_s", dataset_module.load_meta)
     dataset_module.open_video_indexes = timed("index_s", dataset_module.open_video_indexes)
+    dataset_module.open_source = timed("source_s", dataset_module.open_source)  # an S3 root's listing
     base_rss = _status_kb("VmRSS")
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -251,10 +255,10 @@ def files_child(root: Path, where: str, nofile: int | None) -> None:
     result: dict = {"module": dataset_module.__file__}
     started = time.perf_counter()
     try:
-        if where == "local":
-            dataset = dataset_module.StreamingLeRobotDataset(root=str(root))
-        else:
+        if where == "hub":
             dataset = dataset_module.StreamingLeRobotDataset(repo_id="bench/files")
+        else:
+            dataset = dataset_module.StreamingLeRobotDataset(root=root)
         result["construct_s"] = time.perf_counter() - started
         result["fds_after_open"] = len(os.listdir("/proc/self/fd"))
         result["indexes"] = len(dataset._indexes or {})
@@ -275,11 +279,10 @@ def files_root(base: Path, files: int) -> Path:
 
 
 def run_files_child(
-    root: Path, where: str, home: Path, src: str | None, nofile: int | None, endpoint: str | None = None
+    root: Path | str, where: str, home: Path, src: str | None, nofile: int | None, server_env: dict[str, str]
 ) -> dict:
     env = dict(os.environ, HF_LEROBOT_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_TELEMETRY="1")
-    if endpoint:
-        env["HF_ENDPOINT"] = endpoint
+    env.update(server_env)
     if src:
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     command = [sys.executable, __file__, "--files-child", str(root), "--where", where]
@@ -298,7 +301,7 @@ def growth_exponent(sizes: list[int], seconds: list[float]) -> float | None:
     return float(np.polyfit(x, y, 1)[0])
 
 
-FILES_PHASES = ("meta_s", "index_s", "construct_s", "first_sample_s", "peak_growth_mb")
+FILES_PHASES = ("source_s", "meta_s", "index_s", "construct_s", "first_sample_s", "peak_growth_mb")
 
 
 def run_files(args: argparse.Namespace) -> None:
@@ -318,38 +321,53 @@ def run_files(args: argparse.Namespace) -> None:
             )
 
     print(
-        "| code | files | where | meta s | index open s | construct s | first sample s | peak RSS growth MB "
-        "| indexes open | fds after open | MP4 requests | error |"
+        "| code | files | where | source open s | meta s | index open s | construct s | first sample s "
+        "| peak RSS growth MB | indexes open | fds after open | MP4 requests | S3 listings | error |"
     )
-    print("|" + "---|" * 12)
+    print("|" + "---|" * 14)
     table: dict[tuple[str, str], dict[int, dict]] = {}
     for mode in args.files_modes:
         for files in args.files:
             root = files_root(args.root, files)
             with tempfile.TemporaryDirectory(prefix="scale-open-home-") as home:
-                hub = None
-                endpoint = None
-                where = "local" if mode.startswith("local") else "hub"
+                hub = s3 = None
+                server_env: dict[str, str] = {}
+                where = mode.split("-")[0]
+                opened: Path | str = root
                 if where == "hub":
                     from lerobot_nodes.testing.hub import LoopbackHub
 
                     hub = LoopbackHub(latency_s=0.0).start()
                     hub.add_dataset("bench/files", root)
-                    endpoint = hub.endpoint
+                    server_env["HF_ENDPOINT"] = hub.endpoint
+                elif where == "s3":
+                    from lerobot_nodes.testing.s3 import LoopbackS3
+
+                    s3 = LoopbackS3().start()
+                    opened = f"s3://bench/{root.name}"
+                    s3.upload(root, opened)
+                    server_env.update(s3.environment())
                 try:
                     if mode.endswith("warm"):  # fill the index cache first
-                        run_files_child(root, where, Path(home), args.src, None, endpoint)
+                        run_files_child(opened, where, Path(home), args.src, None, server_env)
                     if hub is not None:
                         hub.clear_records()
                         hub.latency_s = args.latency_ms / 1000
-                    result = run_files_child(root, where, Path(home), args.src, args.nofile, endpoint)
+                    if s3 is not None:
+                        s3.clear_records()
+                        s3.latency_s = args.latency_ms / 1000
+                    result = run_files_child(opened, where, Path(home), args.src, args.nofile, server_env)
                     if hub is not None:
                         result["mp4_requests"] = sum(1 for r in hub.records if r.path.endswith(".mp4"))
+                    if s3 is not None:
+                        result["s3_listings"] = s3.requests["LIST"]
                 finally:
                     if hub is not None:
                         hub.stop()
+                    if s3 is not None:
+                        s3.stop()
                     shutil.rmtree(home, ignore_errors=True)
-            label = f"{mode} ({args.latency_ms:g} ms)" if where == "hub" else mode
+            label = f"{mode} ({args.latency_ms:g} ms)" if where != "local" else mode
             table.setdefault((label, args.label), {})[files] = result
             if args.json:
                 with args.json.open("a") as f:
@@ -366,9 +384,10 @@ def run_files(args: argparse.Namespace) -> None:
                 )
 
             print(
-                f"| {args.label} | {files} | {label} | {cell('meta_s')} | {cell('index_s')} | {cell('construct_s')} "
-                f"| {cell('first_sample_s')} | {cell('peak_growth_mb', 0)} | {cell('indexes')} "
-                f"| {cell('fds_after_open')} | {cell('mp4_requests')} | {result.get('error', '')} |",
+                f"| {args.label} | {files} | {label} | {cell('source_s')} | {cell('meta_s')} | {cell('index_s')} "
+                f"| {cell('construct_s')} | {cell('first_sample_s')} | {cell('peak_growth_mb', 0)} | {cell('indexes')} "
+                f"| {cell('fds_after_open')} | {cell('mp4_requests')} | {cell('s3_listings')} "
+                f"| {result.get('error', '')} |",
                 flush=True,
             )
     print()
@@ -511,15 +530,15 @@ def main() -> None:
         "--files-modes",
         nargs="+",
         default=["local-cold", "local-warm", "hub-cold"],
-        choices=["local-cold", "local-warm", "hub-cold", "hub-warm"],
-        help="cold: an empty index cache; warm: the cache a first open filled; hub: over the "
-        "loopback Hub (served by this process) with --latency-ms per request",
+        choices=["local-cold", "local-warm", "hub-cold", "hub-warm", "s3-cold", "s3-warm"],
+        help="cold: an empty index cache; warm: the cache a first open filled; hub, s3: over the "
+        "loopback Hub or an S3-compatible server (served by this process) with --latency-ms per request",
     )
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--nofile", type=int, help="RLIMIT_NOFILE of the measured child (e.g. 1024)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="warm", help=argparse.SUPPRESS)
-    parser.add_argument("--files-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--files-child", help=argparse.SUPPRESS)
     parser.add_argument("--where", default="local", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:

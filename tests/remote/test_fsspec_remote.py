@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import pickle
 
@@ -12,12 +13,12 @@ import pytest
 from lerobot_nodes.errors import SourceFileNotFoundError
 from lerobot_nodes.sidecar import SidecarCache
 from lerobot_nodes.sources import FsspecSource, open_source
-from lerobot_nodes.sources.s3_session import shared_session, with_shared_session
+from lerobot_nodes.sources.fsspec_walk import find_files
+from lerobot_nodes.sources.s3_session import s3fs_options, shared_session
 from lerobot_nodes.testing import write_dataset
+from lerobot_nodes.testing.s3 import LoopbackS3
 
 from .streaming_checks import assert_epoch_matches_local, epoch_samples, streaming
-
-S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
 @pytest.fixture(scope="module")
@@ -27,30 +28,26 @@ def local_dataset(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def s3_endpoint(local_dataset):
-    """A moto S3 server on 127.0.0.1 holding the dataset under s3://lerobot/datasets/small."""
-    from moto.server import ThreadedMotoServer
+def s3_server(local_dataset):
+    """A moto S3 server on 127.0.0.1 holding the dataset under s3://lerobot/datasets/small, this
+    process's environment pointing s3fs at it."""
+    with LoopbackS3() as server:
+        previous = {key: os.environ.get(key) for key in server.environment()}
+        os.environ.update(server.environment())
+        try:
+            server.upload(local_dataset, "s3://lerobot/datasets/small")
+            yield server
+        finally:
+            for key, value in previous.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    previous = {key: os.environ.get(key) for key in [*S3_ENV, "AWS_ENDPOINT_URL"]}
-    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
-    try:
-        import s3fs
 
-        fs = s3fs.S3FileSystem(skip_instance_cache=True)
-        fs.mkdir("lerobot")
-        fs.put(str(local_dataset), "lerobot/datasets/small", recursive=True)
-        yield endpoint
-    finally:
-        server.stop()
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+@pytest.fixture
+def s3_endpoint(s3_server):
+    return s3_server.endpoint
 
 
 @pytest.fixture(autouse=True)
@@ -87,14 +84,46 @@ def test_an_s3_source_sent_to_another_process_opens_its_file_system_with_that_pr
     assert copy.read_file(path) == source.read_file(path)
 
 
-def test_s3_options_that_choose_a_session_keep_it(monkeypatch):
-    assert with_shared_session("s3://bucket/data", {"anon": True}) == {"anon": True, "session": shared_session()}
+def test_s3_options_that_choose_a_session_or_a_listings_cache_keep_it(monkeypatch):
+    assert s3fs_options("s3://bucket/data", {"anon": True}) == {
+        "anon": True, "session": shared_session(), "use_listings_cache": False,
+    }  # fmt: skip
     mine = object()
-    assert with_shared_session("s3://bucket/data", {"session": mine})["session"] is mine
-    assert "session" not in with_shared_session("s3://bucket/data", {"profile": "robot-lab"})
+    assert s3fs_options("s3://bucket/data", {"session": mine})["session"] is mine
+    assert "session" not in s3fs_options("s3://bucket/data", {"profile": "robot-lab"})
+    assert s3fs_options("s3://bucket/data", {"use_listings_cache": True})["use_listings_cache"] is True
     monkeypatch.setitem(fsspec.config.conf, "s3", {"profile": "robot-lab"})  # FSSPEC_S3_PROFILE
-    assert "session" not in with_shared_session("s3://bucket/data", {})
-    assert with_shared_session("memory://data", {}) == {}
+    assert "session" not in s3fs_options("s3://bucket/data", {})
+    assert s3fs_options("memory://data", {}) == {}
+
+
+def test_the_walk_finds_what_find_finds_listing_each_folder_level_at_once(s3_server):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)  # every listing asked of the server
+    root = "lerobot/datasets/small"
+    expected = fs.find(root, detail=True)
+    folders = {path.rsplit("/", 1)[0] for path in expected}
+    s3_server.clear_records()
+    s3_server.latency_s = 0.2  # every listing of a level is in flight before the first answers
+    try:
+        walked = find_files(fs, root)
+    finally:
+        s3_server.latency_s = 0.0
+    assert sorted(walked) == sorted(expected)
+    assert all(walked[path]["size"] == info["size"] and walked[path]["ETag"] == info["ETag"] for path, info in expected.items())
+    # One listing per folder from the root down (the folders holding files, and the ones above them)...
+    listed = {"/".join(folder.split("/")[:depth]) for folder in folders for depth in range(3, folder.count("/") + 2)}
+    assert s3_server.requests["LIST"] == len(listed)
+    # ...and the widest level's folders at once.
+    widest = max(collections.Counter(folder.count("/") for folder in listed).values())
+    assert widest > 1 and s3_server.most_in_flight == widest
+
+
+def test_an_s3_source_keeps_no_listing_in_fsspecs_cache(s3_endpoint):
+    source = open_source("s3://lerobot/datasets/small")
+    assert len(source.list_files()) > 5
+    assert len(source.fs.dircache) == 0
 
 
 def test_s3_missing_prefix_is_a_clear_error(s3_endpoint):

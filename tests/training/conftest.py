@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lerobot_nodes.testing import write_dataset
+from lerobot_nodes.testing.s3 import LoopbackS3
 
 
 @pytest.fixture(scope="session")
@@ -14,11 +15,6 @@ def small_dataset(tmp_path_factory):
     return write_dataset(root, episode_lengths=[23, 41, 17, 35, 12, 29, 8], video_files_size_in_mb=0.03, seed=11)
 
 
-S3_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 S3_ROOT = "s3://training/small"
 
 
@@ -27,25 +23,9 @@ def s3_env(small_dataset):
     """A moto S3 server on 127.0.0.1 holding the dataset at :data:`S3_ROOT`; yields the environment
     variables that point s3fs at it (for the scripts the tests run in their own processes)."""
     pytest.importorskip("s3fs")
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {**S3_ENV, "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
-    try:
-        import s3fs
-
-        fs = s3fs.S3FileSystem(
-            key=env["AWS_ACCESS_KEY_ID"], secret=env["AWS_SECRET_ACCESS_KEY"], endpoint_url=env["AWS_ENDPOINT_URL"],
-            skip_instance_cache=True,
-        )  # fmt: skip
-        bucket, prefix = S3_ROOT.removeprefix("s3://").split("/", 1)
-        fs.mkdir(bucket)  # moto keeps buckets per process: a name no other test uses
-        fs.put(str(small_dataset), f"{bucket}/{prefix}", recursive=True)
-        yield env
-    finally:
-        server.stop()
+    with LoopbackS3() as server:
+        server.upload(small_dataset, S3_ROOT)
+        yield server.environment()
 
 
 @pytest.fixture(autouse=True)

@@ -19,8 +19,9 @@ from typing import Any
 
 from ..errors import SourceAuthError, SourceError, SourceFileNotFoundError, SourceUnavailableError
 from .base import ByteRange, ByteSource, FileInfo
+from .fsspec_walk import find_files
 from .listing import FileListing
-from .s3_session import with_shared_session
+from .s3_session import s3fs_options
 
 IDENTITY_FIELDS = ("generation", "VersionId", "version_id", "ETag", "etag", "md5Hash", "crc32c", "xet_hash", "sha256")
 """``fs.info()`` fields that name a file's content, most specific first."""
@@ -49,7 +50,7 @@ class FsspecSource(ByteSource):
         self._storage_options = dict(storage_options or {})
         self.fs, self.root = self._open_filesystem()
         with self._errors(self._url):
-            listing = self.fs.find(self.root, detail=True)
+            listing = find_files(self.fs, self.root)
         if not listing:
             raise SourceFileNotFoundError(f"{self._url} holds no files (or does not exist)")
         self._listing = FileListing(
@@ -68,7 +69,7 @@ class FsspecSource(ByteSource):
         import fsspec
 
         try:
-            fs, root = fsspec.core.url_to_fs(self._url, **with_shared_session(self._url, self._storage_options))
+            fs, root = fsspec.core.url_to_fs(self._url, **s3fs_options(self._url, self._storage_options))
         except (ImportError, ValueError) as error:
             raise SourceError(f"cannot open {self._url} with fsspec: {error}") from None
         return fs, root.rstrip("/")

@@ -1,4 +1,4 @@
-"""One aiobotocore session per process for the ``s3://`` file systems this package opens.
+"""One aiobotocore session per process for the ``s3://`` file systems this package opens (and no listings cache).
 
 s3fs gives each file system a session of its own unless it is handed one, and a new session reads
 botocore's data for S3 (the service model, endpoint rules and partitions, parsed from JSON: about
@@ -23,6 +23,8 @@ from typing import Any
 S3FS_CLASS = "s3fs.S3FileSystem"
 SESSION_OPTION = "session"
 """s3fs's option for a session made by its caller."""
+LISTINGS_CACHE_OPTION = "use_listings_cache"
+"""fsspec's option to keep the folder listings a file system has made."""
 
 _session: Any = None
 _loaded = False
@@ -99,13 +101,19 @@ def load_before_the_fork(root: object) -> None:
             load_shared_session()
 
 
-def with_shared_session(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
-    """``storage_options`` for ``url``, with :func:`shared_session` added where fsspec opens it with
-    s3fs and the options (fsspec's configuration included) choose no session of their own: neither
-    ``session`` nor one of a session's parameters (``profile``, ``session_vars``...)."""
+def s3fs_options(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """``storage_options`` for ``url`` as this package opens it. Where fsspec opens it with s3fs:
+
+    - :func:`shared_session`, unless the options (fsspec's configuration included) choose a session
+      of their own: ``session`` or one of a session's parameters (``profile``, ``session_vars``...);
+    - no listings cache unless the options ask for one (``use_listings_cache``): the source keeps
+      its own listing, and s3fs's copy would hold every file's info dict for as long as the file
+      system lives (about 1 KB per file: 20 MB at 20,000 files).
+    """
     options = dict(storage_options)
     if not reads_through_s3fs(url):
         return options
+    options.setdefault(LISTINGS_CACHE_OPTION, False)
     import fsspec
     from aiobotocore.session import AioSession
     from fsspec.config import apply_config
