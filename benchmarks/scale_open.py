@@ -301,6 +301,24 @@ def growth_exponent(sizes: list[int], seconds: list[float]) -> float | None:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def _files_row(args: argparse.Namespace, code: str, files: int, label: str, result: dict) -> None:
+    """Print one measurement as a table row (and append it to ``--json``)."""
+    if args.json:
+        with args.json.open("a") as f:
+            f.write(json.dumps({"label": code, "files": files, "mode": label, **result}) + "\n")
+
+    def cell(key: str, digits: int = 2) -> str:
+        value = result.get(key)
+        return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+    print(
+        f"| {code} | {files} | {label} | {cell('source_s')} | {cell('meta_s')} | {cell('index_s')} "
+        f"| {cell('construct_s')} | {cell('first_sample_s')} | {cell('peak_growth_mb', 0)} | {cell('indexes')} "
+        f"| {cell('fds_after_open')} | {cell('mp4_requests')} | {cell('s3_listings')} | {result.get('error', '')} |",
+        flush=True,
+    )
+
+
 FILES_PHASES = ("source_s", "meta_s", "index_s", "construct_s", "first_sample_s", "peak_growth_mb")
 
 
@@ -326,70 +344,64 @@ def run_files(args: argparse.Namespace) -> None:
     )
     print("|" + "---|" * 14)
     table: dict[tuple[str, str], dict[int, dict]] = {}
+    # (label, src): with --against, each run of the code before and of this code alternate, against
+    # one server per cell, so load from other work on the machine falls on both sides alike.
+    sides = [(args.label, args.src)] + ([(args.against_label, args.against)] if args.against else [])
     for mode in args.files_modes:
+        where = mode.split("-")[0]
+        label = f"{mode} ({args.latency_ms:g} ms)" if where != "local" else mode
         for files in args.files:
             root = files_root(args.root, files)
-            with tempfile.TemporaryDirectory(prefix="scale-open-home-") as home:
-                hub = s3 = None
-                server_env: dict[str, str] = {}
-                where = mode.split("-")[0]
-                opened: Path | str = root
-                if where == "hub":
-                    from lerobot_nodes.testing.hub import LoopbackHub
+            homes = {code: Path(tempfile.mkdtemp(prefix="scale-open-home-")) for code, _ in sides}
+            hub = s3 = None
+            server_env: dict[str, str] = {}
+            opened: Path | str = root
+            if where == "hub":
+                from lerobot_nodes.testing.hub import LoopbackHub
 
-                    hub = LoopbackHub(latency_s=0.0).start()
-                    hub.add_dataset("bench/files", root)
-                    server_env["HF_ENDPOINT"] = hub.endpoint
-                elif where == "s3":
-                    from lerobot_nodes.testing.s3 import LoopbackS3
+                hub = LoopbackHub(latency_s=0.0).start()
+                hub.add_dataset("bench/files", root)
+                server_env["HF_ENDPOINT"] = hub.endpoint
+            elif where == "s3":
+                from lerobot_nodes.testing.s3 import LoopbackS3
 
-                    s3 = LoopbackS3().start()
-                    opened = f"s3://bench/{root.name}"
-                    s3.upload(root, opened)
-                    server_env.update(s3.environment())
-                try:
-                    if mode.endswith("warm"):  # fill the index cache first
-                        run_files_child(opened, where, Path(home), args.src, None, server_env)
-                    if hub is not None:
-                        hub.clear_records()
-                        hub.latency_s = args.latency_ms / 1000
-                    if s3 is not None:
-                        s3.clear_records()
-                        s3.latency_s = args.latency_ms / 1000
-                    result = run_files_child(opened, where, Path(home), args.src, args.nofile, server_env)
-                    if hub is not None:
-                        result["mp4_requests"] = sum(1 for r in hub.records if r.path.endswith(".mp4"))
-                    if s3 is not None:
-                        result["s3_listings"] = s3.requests["LIST"]
-                finally:
-                    if hub is not None:
-                        hub.stop()
-                    if s3 is not None:
-                        s3.stop()
+                s3 = LoopbackS3().start()
+                opened = f"s3://bench/{root.name}"
+                s3.upload(root, opened)
+                server_env.update(s3.environment())
+            try:
+                if mode.endswith("warm"):  # fill each side's index cache first
+                    for code, src in sides:
+                        run_files_child(opened, where, homes[code], src, None, server_env)
+                if hub is not None:
+                    hub.latency_s = args.latency_ms / 1000
+                if s3 is not None:
+                    s3.latency_s = args.latency_ms / 1000
+                for repeat in range(args.repeat):
+                    for code, src in sides if repeat % 2 == 0 else sides[::-1]:
+                        if mode.endswith("cold"):  # an empty index cache for every run
+                            shutil.rmtree(homes[code], ignore_errors=True)
+                            homes[code].mkdir()
+                        if hub is not None:
+                            hub.clear_records()
+                        if s3 is not None:
+                            s3.clear_records()
+                        result = run_files_child(opened, where, homes[code], src, args.nofile, server_env)
+                        if hub is not None:
+                            result["mp4_requests"] = sum(1 for r in hub.records if r.path.endswith(".mp4"))
+                        if s3 is not None:
+                            result["s3_listings"] = s3.requests["LIST"]
+                        _files_row(args, code, files, label, result)
+                        best = table.setdefault((label, code), {}).get(files)
+                        if best is None or result.get("construct_s", 1e9) < best.get("construct_s", 1e9):
+                            table[(label, code)][files] = result
+            finally:
+                if hub is not None:
+                    hub.stop()
+                if s3 is not None:
+                    s3.stop()
+                for home in homes.values():
                     shutil.rmtree(home, ignore_errors=True)
-            label = f"{mode} ({args.latency_ms:g} ms)" if where != "local" else mode
-            table.setdefault((label, args.label), {})[files] = result
-            if args.json:
-                with args.json.open("a") as f:
-                    f.write(json.dumps({"label": args.label, "files": files, "mode": label, **result}) + "\n")
-
-            def cell(key: str, digits: int = 2, result: dict = result) -> str:
-                value = result.get(key)
-                return (
-                    "-"
-                    if value is None
-                    else f"{value:.{digits}f}"
-                    if isinstance(value, float)
-                    else str(value)
-                )
-
-            print(
-                f"| {args.label} | {files} | {label} | {cell('source_s')} | {cell('meta_s')} | {cell('index_s')} "
-                f"| {cell('construct_s')} | {cell('first_sample_s')} | {cell('peak_growth_mb', 0)} | {cell('indexes')} "
-                f"| {cell('fds_after_open')} | {cell('mp4_requests')} | {cell('s3_listings')} "
-                f"| {result.get('error', '')} |",
-                flush=True,
-            )
     print()
     print("| code | where | " + " | ".join(f"exponent {p}" for p in FILES_PHASES) + " |")
     print("|" + "---|" * (2 + len(FILES_PHASES)))
