@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import os
 import pickle
 
@@ -13,8 +12,6 @@ import pytest
 from lerobot_nodes.errors import SourceFileNotFoundError
 from lerobot_nodes.sidecar import SidecarCache
 from lerobot_nodes.sources import FsspecSource, open_source
-from lerobot_nodes.sources.fsspec_source import fingerprint_of
-from lerobot_nodes.sources.fsspec_walk import find_files, walk_folders
 from lerobot_nodes.sources.s3_session import s3fs_options, shared_session
 from lerobot_nodes.testing import write_dataset
 from lerobot_nodes.testing.s3 import LoopbackS3
@@ -96,48 +93,6 @@ def test_s3_options_that_choose_a_session_or_a_listings_cache_keep_it(monkeypatc
     monkeypatch.setitem(fsspec.config.conf, "s3", {"profile": "robot-lab"})  # FSSPEC_S3_PROFILE
     assert "session" not in s3fs_options("s3://bucket/data", {})
     assert s3fs_options("memory://data", {}) == {}
-
-
-def test_the_walk_finds_what_find_finds_listing_each_folder_level_at_once(s3_server):
-    import s3fs
-    from fsspec.asyn import sync
-
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)  # every listing asked of the server
-    root = "lerobot/datasets/small"
-    expected = fs.find(root, detail=True)
-    folders = {path.rsplit("/", 1)[0] for path in expected}
-    s3_server.clear_records()
-    s3_server.latency_s = 0.2  # every listing of a level is in flight before the first answers
-    try:
-        walked = sync(fs.loop, walk_folders, fs, root)
-    finally:
-        s3_server.latency_s = 0.0
-    assert sorted(walked) == sorted(expected)
-    assert all(fingerprint_of(walked[path]) == fingerprint_of(info) and walked[path]["size"] == info["size"] for path, info in expected.items())
-    # One listing per folder from the root down (the folders holding files, and the ones above them)...
-    listed = {"/".join(folder.split("/")[:depth]) for folder in folders for depth in range(3, folder.count("/") + 2)}
-    assert s3_server.requests["LIST"] == len(listed)
-    # ...and the widest level's folders at once.
-    widest = max(collections.Counter(folder.count("/") for folder in listed).values())
-    assert widest > 1 and s3_server.most_in_flight == widest
-
-
-@pytest.mark.parametrize("latency_s", [0.0, 0.05])
-def test_the_listing_raced_by_the_walk_finds_what_find_finds(s3_server, latency_s):
-    import s3fs
-
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
-    root = "lerobot/datasets/small"
-    expected = fs.find(root, detail=True)
-    s3_server.latency_s = latency_s
-    try:
-        found = find_files(fs, root)
-        assert find_files(fs, root + "/nothing-here") == {}
-    finally:
-        s3_server.latency_s = 0.0
-    assert {path: (info["size"], fingerprint_of(info)) for path, info in found.items()} == {
-        path: (info["size"], fingerprint_of(info)) for path, info in expected.items()
-    }
 
 
 def test_an_s3_source_keeps_no_listing_in_fsspecs_cache(s3_endpoint):

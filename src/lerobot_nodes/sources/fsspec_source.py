@@ -19,7 +19,6 @@ from typing import Any
 
 from ..errors import SourceAuthError, SourceError, SourceFileNotFoundError, SourceUnavailableError
 from .base import ByteRange, ByteSource, FileInfo
-from .fsspec_walk import find_files
 from .listing import FileListing
 from .s3_session import s3fs_options
 
@@ -50,7 +49,7 @@ class FsspecSource(ByteSource):
         self._storage_options = dict(storage_options or {})
         self.fs, self.root = self._open_filesystem()
         with self._errors(self._url):
-            listing = find_files(self.fs, self.root)
+            listing = self.fs.find(self.root, detail=True)
         if not listing:
             raise SourceFileNotFoundError(f"{self._url} holds no files (or does not exist)")
         self._listing = FileListing(

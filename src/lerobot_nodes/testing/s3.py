@@ -2,8 +2,7 @@
 
 :class:`LoopbackS3` serves moto's S3 (the ``moto[server]`` extra, a dev dependency) from a
 daemon thread on 127.0.0.1. Each answer waits ``latency_s`` first (a round trip to a real
-store), every request is counted by kind (``LIST``, ``GET``, ``HEAD``...) in ``requests``, and
-``most_in_flight`` is the most requests it has answered at once.
+store), and every request is counted by kind (``LIST``, ``GET``, ``HEAD``...) in ``requests``.
 :meth:`LoopbackS3.environment` gives the variables that point s3fs (and boto3) at it, for this
 process or a child; :meth:`LoopbackS3.upload` copies a folder in.
 """
@@ -33,8 +32,6 @@ class LoopbackS3:
     def __init__(self, latency_s: float = 0.0) -> None:
         self.latency_s = latency_s
         self.requests: collections.Counter[str] = collections.Counter()
-        self.most_in_flight = 0
-        self._in_flight = 0
         self._lock = threading.Lock()
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -83,10 +80,9 @@ class LoopbackS3:
         self.stop()
 
     def clear_records(self) -> None:
-        """Forget the requests counted so far (``requests``, ``most_in_flight``)."""
+        """Forget the requests counted so far."""
         with self._lock:
             self.requests.clear()
-            self.most_in_flight = 0
 
     def upload(self, folder: str | Path, url: str) -> None:
         """Copy ``folder`` to ``s3://BUCKET/PREFIX`` on this server (the bucket made if missing)."""
@@ -105,15 +101,9 @@ class LoopbackS3:
         def answer(environ: Environ, start_response: StartResponse) -> Iterator[bytes]:
             with self._lock:
                 self.requests[_kind(environ)] += 1
-                self._in_flight += 1
-                self.most_in_flight = max(self.most_in_flight, self._in_flight)
-            try:
-                if self.latency_s:
-                    time.sleep(self.latency_s)
-                yield from app(environ, start_response)
-            finally:
-                with self._lock:
-                    self._in_flight -= 1
+            if self.latency_s:
+                time.sleep(self.latency_s)
+            yield from app(environ, start_response)
 
         return answer
 
