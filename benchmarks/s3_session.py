@@ -32,7 +32,8 @@ def private_mb() -> float:
     with open("/proc/self/smaps_rollup") as rollup:
         for line in rollup:
             name, value, *_ = line.split()
-            fields[name] = int(value)
+            if name.endswith(":"):  # the first line names the address range
+                fields[name] = int(value)
     return (fields["Private_Clean:"] + fields["Private_Dirty:"]) / 1024
 
 
@@ -53,14 +54,16 @@ def parent(session: str) -> None:
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(read)
-        before, cpu = private_mb(), time.process_time()
-        options = s3fs_options(URL, {}) if session == "shared" else {"use_listings_cache": False}
-        fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
-        files = fs.find(URL)
-        figures = {"private_mb": private_mb() - before, "cpu_s": time.process_time() - cpu, "files": len(files)}
-        os.write(write, json.dumps(figures).encode())
-        os._exit(0)
+        try:
+            os.close(read)
+            before, cpu = private_mb(), time.process_time()
+            options = s3fs_options(URL, {}) if session == "shared" else {"use_listings_cache": False}
+            fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+            files = fs.find(URL)
+            figures = {"private_mb": private_mb() - before, "cpu_s": time.process_time() - cpu, "files": len(files)}
+            os.write(write, json.dumps(figures).encode())
+        finally:
+            os._exit(0)  # never the parent's exit handlers
     os.close(write)
     with os.fdopen(read) as answer:
         figures = json.loads(answer.read())

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-LOOPBACK_HOST = "127.0.0.1"
+from .http_server import LOOPBACK_HOST
+
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 """What moto accepts: any key and secret."""
 
