@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import json
 import math
 import mmap
@@ -35,7 +36,7 @@ import os
 import struct
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -401,12 +402,17 @@ def _view(mapping: Any, data_start: int, layout: ArrayLayout, path: Path) -> np.
 _SCALAR_FIELDS: dict[str, Any] = {"str": lambda a: str(a[()]), "int": int, "bytes": lambda a: a.tobytes()}
 
 
-def _field_value(annotation: object, array: np.ndarray) -> Any:
-    """A :class:`VideoIndex` field from its record array: scalars and blobs as Python values,
-    table columns as the record's views."""
-    type_name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    convert = _SCALAR_FIELDS.get(type_name)
-    return array if convert is None else convert(array)
+@functools.cache
+def _index_fields() -> tuple[tuple[str, Callable[[np.ndarray], Any] | None], ...]:
+    """Each :class:`VideoIndex` field set from a record array, with how its value is made from it:
+    scalars and blobs as Python values (a converter), table columns as the record's views (None)."""
+    fields = []
+    for field in dataclasses.fields(VideoIndex):
+        if field.init:
+            annotation = field.type
+            type_name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+            fields.append((field.name, _SCALAR_FIELDS.get(type_name)))
+    return tuple(fields)
 
 
 class MappedVideoIndex(VideoIndex):
@@ -423,9 +429,8 @@ class MappedVideoIndex(VideoIndex):
         # the record was validated when it was converted or built.
         arrays = record.arrays
         self.record = record
-        for field in dataclasses.fields(VideoIndex):
-            if field.init:
-                setattr(self, field.name, _field_value(field.type, arrays[field.name]))
+        for name, convert in _index_fields():
+            setattr(self, name, arrays[name] if convert is None else convert(arrays[name]))
         self._presentation_order = arrays[PRESENTATION_ORDER]
         self._keyframe_indices = arrays[KEYFRAME_INDICES]
         self._is_reordered = bool(record.header["is_reordered"])
