@@ -33,8 +33,11 @@ POOL_BATCHES = 4
 samples drawn from a pool of 4B episodes holds ~0.9x the distinct episodes a uniform shuffle's does."""
 
 OPEN_RUNS_FOR_BATCH = "batch"
-"""The open-runs rule of new runs: as many runs of an episode open at once as the decoded-frame budget
+"""The open-runs rule of the versions before strands: as many runs of an episode open at once as the decoded-frame budget
 holds, but no more than a batch needs (``streaming_graph.batch_open_runs``)."""
+OPEN_RUNS_STRANDED = "batch-strands"
+"""The open-runs rule of new runs: :data:`OPEN_RUNS_FOR_BATCH`, and an episode with fewer open runs than
+the anchors a batch takes of it reads each run in strands (``nodes.pool_sampler.RunStrands``)."""
 OPEN_RUNS_FOR_BUDGET = "budget"
 """The open-runs rule of the versions before it (as many as the budget holds, at most 8), which a run
 resumed from their checkpoints keeps."""

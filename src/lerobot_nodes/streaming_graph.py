@@ -32,8 +32,8 @@ from .config import (
     BAD_EPISODES_SKIP,
     BYTES_PER_MB,
     DEFAULT_RANK_POOL_SIZE,
-    OPEN_RUNS_FOR_BATCH,
     OPEN_RUNS_FOR_BUDGET,
+    OPEN_RUNS_STRANDED,
     POOL_BATCHES,
     StreamingConfig,
     resolve_seed,
@@ -53,7 +53,7 @@ from .nodes.batcher import SampleBatcher
 from .nodes.decode_mapper import ClipDecoderFactory, DecodeMapper, SampleAssembler, apply_image_transforms
 from .nodes.heap_trimmer import HeapTrimmer
 from .nodes.ordered_buffer import OrderedBuffer
-from .nodes.pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, gop_run_starts
+from .nodes.pool_sampler import GOP_SKEW_FRAMES, EpisodePoolSampler, RunStrands, gop_run_starts
 from .nodes.prefetcher import BytePrefetcher
 from .nodes.sharder import CONTIGUOUS_SPLIT, RankWorkerSharder
 from .nodes.weighted_sharder import ElasticLead, WeightedMixtureSharder
@@ -206,19 +206,24 @@ def resident_episodes(config: StreamingConfig, rank_pool: int | None, selected: 
     return max(1, min(int(rank_pool), int(selected)))
 
 
+def batch_draws(rank_pool: int | None, resident: int) -> int:
+    """Anchors of one episode a batch takes: the samples of a batch (``rank_pool / POOL_BATCHES``, the
+    batch the rank's default pool was sized for) over the ``resident`` episodes they are drawn from."""
+    batch = max(1, int(rank_pool if rank_pool is not None else DEFAULT_RANK_POOL_SIZE) // POOL_BATCHES)
+    return -(-batch // max(1, int(resident)))
+
+
 def batch_open_runs(rank_pool: int | None, resident: int) -> int:
     """Open runs an episode needs so that its samples in one batch come from different runs, far apart:
-    the samples of a batch (at most ``rank_pool / POOL_BATCHES``, the batch the rank's default pool was
-    sized for) over the ``resident`` episodes they are drawn from, plus one for an episode drawn at the
-    end of one round robin round and at the start of the next. More runs mix a batch no better; each
-    costs every resident episode's decoders their frames."""
-    batch = max(1, int(rank_pool if rank_pool is not None else DEFAULT_RANK_POOL_SIZE) // POOL_BATCHES)
-    return -(-batch // max(1, int(resident))) + 1
+    :func:`batch_draws`, plus one for an episode drawn at the end of one round robin round and at the
+    start of the next. More runs mix a batch no better; each costs every resident episode's decoders
+    their frames."""
+    return batch_draws(rank_pool, resident) + 1
 
 
 def open_runs_needed(config: StreamingConfig, schedule: ScheduleStart, resident: int) -> int | None:
     """The cap of :func:`open_anchor_runs` (None: the budget alone): :func:`batch_open_runs` of the rank's
-    default pool under :data:`~lerobot_nodes.config.OPEN_RUNS_FOR_BATCH`. A pool size the user sets
+    default pool under the batch rules (:data:`OPEN_RUNS_STRANDED`, ``config.OPEN_RUNS_FOR_BATCH``). A pool size the user sets
     (``streaming_episode_pool_size``) keeps the budget rule: its schedule must not depend on the batch
     size, which a step resume without the checkpoint's identity would take from the new run."""
     if schedule.open_runs_rule == OPEN_RUNS_FOR_BUDGET or config.streaming_episode_pool_size is not None:
@@ -241,9 +246,22 @@ def open_anchor_runs(
     of the settings and ``meta/info.json``, the same for every topology (elastic resume replays other
     topologies' schedules with it).
     """
-    cameras = [key for key in meta.video_keys if key not in spec.depth_videos] or list(meta.video_keys)
-    if not config.streaming_gop_runs or not cameras:
+    if not config.streaming_gop_runs:
         return 1
+    frame_bytes, kept = decoded_frame_cost(meta, spec)
+    per_run = resident * frame_bytes * kept
+    if per_run <= 0:
+        return 1
+    budget = int(config.streaming_decoded_frame_budget_mb * BYTES_PER_MB)
+    runs = int(min(MAX_OPEN_RUNS, max(1, budget // per_run)))
+    return runs if needed is None else max(1, min(runs, int(needed)))
+
+
+def decoded_frame_cost(meta: DatasetMeta, spec: SampleSpec) -> tuple[int, int]:
+    """``(bytes, kept)``: the RGB bytes of one frame of every (non-depth) camera, and the frames a run's
+    decoder keeps (``window + 3`` on B-frame codecs, ``window`` otherwise, at most 5); ``(0, 1)`` without
+    cameras. What :func:`open_anchor_runs` and :func:`run_strands` size against the decoded-frame budget."""
+    cameras = [key for key in meta.video_keys if key not in spec.depth_videos] or list(meta.video_keys)
     frame_bytes, kept = 0, 1
     for key in cameras:
         feature = meta.features[key]
@@ -253,12 +271,30 @@ def open_anchor_runs(
         codec = str((feature.get("info") or {}).get("video.codec", ""))
         reorder = REORDER_FRAMES if codec in REORDERING_CODECS else 0
         kept = max(kept, min(DEFAULT_FRAME_CACHE_SIZE, spec.camera_window_frames() + reorder))
-    per_run = resident * frame_bytes * kept
-    if per_run <= 0:
-        return 1
+    return frame_bytes, kept
+
+
+def run_strands(
+    config: StreamingConfig, meta: DatasetMeta, spec: SampleSpec, schedule: ScheduleStart, resident: int
+) -> RunStrands | None:
+    """How runs are stranded (``nodes.pool_sampler.RunStrands``) under :data:`OPEN_RUNS_STRANDED` with the
+    default pool: a batch takes :func:`batch_draws` anchors of each of the ``resident`` episodes, and the
+    episode's runs may keep what the rank's decoded-frame budget holds per resident episode. None when a
+    batch takes one anchor per episode at most (a pool of many episodes: nothing to spread), under the
+    rules before strands, or without GOP runs. Topology-independent, as the open runs."""
+    if (
+        schedule.open_runs_rule != OPEN_RUNS_STRANDED
+        or config.streaming_episode_pool_size is not None
+        or not config.streaming_gop_runs
+        or not meta.video_keys
+    ):
+        return None
+    draws = batch_draws(schedule.rank_pool, resident)
+    frame_bytes, kept = decoded_frame_cost(meta, spec)
+    if draws <= 1 or frame_bytes <= 0:
+        return None
     budget = int(config.streaming_decoded_frame_budget_mb * BYTES_PER_MB)
-    runs = int(min(MAX_OPEN_RUNS, max(1, budget // per_run)))
-    return runs if needed is None else max(1, min(runs, int(needed)))
+    return RunStrands(draws=draws, kept=kept, frames_per_episode=budget // (max(1, int(resident)) * frame_bytes))
 
 
 @dataclass(frozen=True)
@@ -296,9 +332,9 @@ class ScheduleStart:
     """The rank's pool when ``streaming_episode_pool_size`` is unset (``config.default_rank_pool_size`` of
     the batch size); None: the rule of the versions before the batch-sized pool (32, open runs sized for
     32 episodes), which a run resumed from their checkpoints keeps."""
-    open_runs_rule: str = OPEN_RUNS_FOR_BATCH
-    """How many runs of an episode are open at once: :data:`OPEN_RUNS_FOR_BATCH`, or
-    :data:`OPEN_RUNS_FOR_BUDGET` for a run resumed from a checkpoint of the versions before it."""
+    open_runs_rule: str = OPEN_RUNS_STRANDED
+    """How many runs of an episode are open at once and whether they are stranded: :data:`OPEN_RUNS_STRANDED`,
+    or the rule of the checkpoint a run resumes (``config.OPEN_RUNS_FOR_BATCH``, :data:`OPEN_RUNS_FOR_BUDGET`)."""
 
 
 @dataclass(frozen=True)
@@ -450,6 +486,7 @@ def schedule_sampler(
         run_starts=runs.run_starts,
         runs=runs.rule,
         open_runs=runs.open_runs,
+        strands=runs.strands,
     )
 
 
@@ -457,12 +494,13 @@ def schedule_sampler(
 class SampleRuns:
     """What the pool sampler knows of the episodes' bytes: ``episode_cost`` (exact clip bytes, from the
     MP4 indexes; None without video), the anchor runs (:func:`anchor_runs`) and how many of an
-    episode's runs are open at once (:func:`open_anchor_runs`)."""
+    episode's runs are open at once (:func:`open_anchor_runs`) and how each is read (:func:`run_strands`)."""
 
     episode_cost: Callable[[int], int] | None = None
     run_starts: Callable[[int], Any] | None = None
     rule: str = "pairs"
     open_runs: int = 1
+    strands: RunStrands | None = None
 
     @classmethod
     def of(
@@ -483,7 +521,7 @@ class SampleRuns:
             return cls(fetcher.cost, run_starts, rule, 1)
         resident = resident_episodes(config, schedule.rank_pool, selected)
         open_runs = open_anchor_runs(config, meta, spec, resident, open_runs_needed(config, schedule, resident))
-        return cls(fetcher.cost, run_starts, rule, open_runs)
+        return cls(fetcher.cost, run_starts, rule, open_runs, run_strands(config, meta, spec, schedule, resident))
 
 
 def build_streaming_graph(

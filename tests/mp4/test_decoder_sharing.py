@@ -1,6 +1,7 @@
 """What the decoders of one worker share instead of each setting it up (open anchor runs, issue 24):
 codec contexts of closed decoders, per-thread RGB converters, and on short GOPs one decoder that
-reads each GOP ahead and serves every open run. None of it changes a frame."""
+reads each GOP ahead and serves every open run; a decoder of a stranded run keeps the frames it passed.
+None of it changes a frame."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import pytest
 import torch
 
 from lerobot_nodes.mp4 import Clip, ClipDecoder, DecodedFrameBudget, read_index
-from lerobot_nodes.mp4.decode import CodecContextPool, reads_ahead
+from lerobot_nodes.mp4.decode import CodecContextPool, frames_to_keep, reads_ahead
 from lerobot_nodes.mp4.plan import gop_starts, plan_clip
 from lerobot_nodes.nodes.decode_mapper import DecoderLRU
-from lerobot_nodes.nodes.pool_sampler import interleave_runs
+from lerobot_nodes.nodes.pool_sampler import STRAND_STRIDE, interleave_runs, strand_reach, strand_run
 from lerobot_nodes.sources import LocalSource
 
 from .mp4_media import decoded_frames
@@ -121,3 +122,29 @@ def test_decoder_lru_opens_one_decoder_per_short_gop_clip_and_reuses_contexts(vi
     assert lru.contexts.created == opened and lru.contexts.taken == opened
     lru.clear()
     assert len(lru.contexts) == 0
+
+
+@pytest.mark.parametrize("variant", ["h264", "hevc", "h264_negative_cts"])
+@pytest.mark.parametrize("ways", [2, 3])
+def test_a_decoder_keeping_its_reach_serves_a_stranded_run_decoding_each_frame_once(videos, variant, ways):
+    """A run read in strands (``strand_run``) asks for frames its decoder passed on the way to a later
+    one: kept (``keep_ahead(strand_reach)``, dropped in decode order), each is decoded once, exactly as
+    the run read forward; with only the frames a forward run keeps, the decoder goes back to the key
+    frame for them."""
+    index, _, clip, reference, runs = _setup(videos, variant)
+    run = max(runs, key=len)
+    assert len(run) >= ways * STRAND_STRIDE
+    order = run[strand_run(np.arange(len(run)), ways)]
+    kept = frames_to_keep(clip.layout, 1)
+
+    def decode(times, reach):
+        decoder = ClipDecoder(clip, frame_cache_size=kept, frame_budget=DecodedFrameBudget(None))
+        decoder.keep_ahead(reach)
+        for pts in times:
+            np.testing.assert_array_equal(_hwc(decoder.frames_at([pts / index.timescale])), reference[pts])
+        return decoder
+
+    forward = decode(run.tolist(), 0)
+    stranded = decode(order.tolist(), strand_reach(len(run), ways))
+    assert stranded.samples_decoded == forward.samples_decoded and stranded.restarts == forward.restarts
+    assert decode(order.tolist(), 0).samples_decoded > forward.samples_decoded

@@ -2,9 +2,10 @@
 
 An episode's anchor runs are open at once so that its samples in one batch come from different runs;
 more runs than a batch needs mix a batch no better and cost every resident episode's decoders their
-frames. New runs open as many as the budget holds but no more than that need, record the rule in their
-identity, and a checkpoint of the versions before (no rule recorded: as many as the budget holds)
-resumes with its own rule, exactly.
+frames. New runs open as many as the budget holds but no more than that need, read the runs of an
+episode with fewer runs than a batch takes of it in strands, record the rule in their identity, and a
+checkpoint of the versions before (``batch``: no strands; no rule recorded: as many runs as the budget
+holds) resumes with its own rule, exactly.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import collections
 import pytest
 
 from lerobot_nodes import StreamingConfig, StreamingLeRobotDataset, streaming_dataloader
-from lerobot_nodes.config import OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET
+from lerobot_nodes.batch_mixing import MixingTally
+from lerobot_nodes.config import OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET, OPEN_RUNS_STRANDED
 from lerobot_nodes.resume.identity import OPEN_RUNS, open_runs_rule_of, with_open_runs_rule
 from lerobot_nodes.streaming_graph import MAX_OPEN_RUNS, ScheduleStart, batch_open_runs, open_runs_needed
 from lerobot_nodes.testing import write_dataset
@@ -63,8 +65,9 @@ def test_a_new_run_opens_the_runs_its_batch_needs_and_records_the_rule(short_epi
     dataset = _dataset(short_episodes)
     loader = streaming_dataloader(dataset, BATCH, 0)
     first = _keys(next(iter(loader)))
-    assert dataset.identity[OPEN_RUNS] == OPEN_RUNS_FOR_BATCH
+    assert dataset.identity[OPEN_RUNS] == OPEN_RUNS_STRANDED
     assert dataset._graph is not None and dataset._graph.sampler.open_runs == 2  # the budget alone: 8
+    assert dataset._graph.sampler.strands is None  # a batch takes one sample of an episode at most
     assert len({episode for episode, _ in first}) == BATCH  # a pool of 60 resident episodes: one sample each
     dataset.close()
     before = _dataset(short_episodes)
@@ -80,16 +83,55 @@ def test_an_epoch_covers_every_frame_once_in_a_seeded_order(short_episodes):
     assert first == again
 
 
-@pytest.mark.parametrize("rule", [OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET])
+@pytest.mark.parametrize("rule", [OPEN_RUNS_STRANDED, OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET])
 def test_a_step_resume_keeps_the_checkpoints_rule(short_episodes, rule):
     steps = 7
     checkpointed = _dataset(short_episodes)
     checkpointed.identity = with_open_runs_rule(checkpointed.identity, rule)
     full = _epoch(checkpointed)
     identity = dict(checkpointed.identity)  # as a checkpoint records it (the loader has sized the pool)
-    assert (OPEN_RUNS in identity) == (rule == OPEN_RUNS_FOR_BATCH)  # the versions before recorded none
+    assert (OPEN_RUNS in identity) == (rule != OPEN_RUNS_FOR_BUDGET)  # the versions before recorded none
 
     resumed = _dataset(short_episodes)
     resumed.resume_from_step(steps, BATCH, num_workers=0, identity=identity)
     assert open_runs_rule_of(resumed.identity) == rule
     assert _epoch(resumed) == full[steps * BATCH :]
+
+
+@pytest.fixture(scope="module")
+def few_long_gop_episodes(tmp_path_factory):
+    """4 episodes of 60 frames, one H.264 camera with GOP 30 and B-frames: 2 runs per episode, and a
+    batch of 16 takes 4 samples of each."""
+    return write_dataset(
+        tmp_path_factory.mktemp("strands") / "ds", episode_lengths=[60] * 4,
+        cameras=("observation.images.top",), codec="h264", gop=30, seed=5,
+    )  # fmt: skip
+
+
+def _near_pairs(keys: list[tuple[int, int]]) -> float:
+    tally = MixingTally()
+    for start in range(0, len(keys) - BATCH + 1, BATCH):
+        batch = keys[start : start + BATCH]
+        tally.observe([e for e, _ in batch], [f for _, f in batch])
+    return tally.figures([60] * 4).near_pairs
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_few_long_gop_episodes_read_their_runs_in_strands(few_long_gop_episodes, num_workers):
+    """Each epoch still covers every frame once in a seeded order; the strands leave no two samples of
+    a run within 5 frames in a batch where the runs read forward gave a batch neighbouring frames; a
+    checkpoint of the rule before strands resumes without them, exactly."""
+    stranded = _dataset(few_long_gop_episodes)
+    loader = streaming_dataloader(stranded, BATCH, num_workers)
+    keys = [key for batch in loader for key in _keys(batch)]
+    assert collections.Counter(keys) == {(e, f): 1 for e in range(4) for f in range(60)}
+    if num_workers == 0:
+        assert stranded._graph is not None and stranded._graph.sampler.strands is not None
+        assert _epoch(_dataset(few_long_gop_episodes)) == keys
+    stranded.close()
+    forward = _dataset(few_long_gop_episodes)
+    forward.identity = with_open_runs_rule(forward.identity, OPEN_RUNS_FOR_BATCH)
+    forward_keys = [key for batch in streaming_dataloader(forward, BATCH, num_workers) for key in _keys(batch)]
+    forward.close()
+    assert sorted(forward_keys) == sorted(keys) and forward_keys != keys
+    assert _near_pairs(keys) < _near_pairs(forward_keys) / 4

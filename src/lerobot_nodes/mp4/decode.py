@@ -141,12 +141,15 @@ class DecodedFrameBudget:
             frames = self._frames.get(owner)
             return frames is not None and pts in frames
 
-    def get(self, owner: int, pts: int) -> av.VideoFrame | None:
+    def get(self, owner: int, pts: int, touch: bool = True) -> av.VideoFrame | None:
+        """``owner``'s frame at ``pts``, or None; ``touch`` False leaves it where it is among the owner's
+        frames (they are then dropped in the order they were put) but still marks it used for the budget."""
         with self._lock:
             frames = self._frames.get(owner)
             entry = frames.get(pts) if frames is not None else None
             if entry is not None:
-                frames.move_to_end(pts)  # type: ignore[union-attr]
+                if touch:
+                    frames.move_to_end(pts)  # type: ignore[union-attr]
                 self._order.move_to_end((owner, pts))
             return entry
 
@@ -329,6 +332,7 @@ class ClipDecoder:
         # Pooled contexts are shared only with decoders of the same options.
         self._pool_name = self._codec_name + ("" if self._detects_errors else "/conceal")
         self._frame_cache_size = max(1, frame_cache_size)
+        self._ahead = 0
         self._budget = frame_budget if frame_budget is not None else DecodedFrameBudget(None)
         self._owner = self._budget.register()
         weakref.finalize(self, self._budget.forget, self._owner)
@@ -424,7 +428,7 @@ class ClipDecoder:
             pts = pts_of[sample]
             if pts in found:
                 continue
-            cached = self._budget.get(self._owner, pts)
+            cached = self._budget.get(self._owner, pts, touch=not self._ahead)
             if cached is not None:
                 found[pts] = cached
                 continue
@@ -432,6 +436,16 @@ class ClipDecoder:
         if self.reads_ahead:
             self._read_ahead()
         return [found[pts_of[sample]] for sample in samples]
+
+    def keep_ahead(self, frames: int) -> None:
+        """Keep ``frames`` decoded frames more, for queries that come back below the furthest one (a
+        stranded anchor run, ``nodes.pool_sampler.strand_run``, asks for frames its decoder passed on
+        the way to a later one). With any, frames are dropped in the order they were decoded instead of
+        least recently used: a frame delivered is not asked for again, one passed waits for its turn."""
+        with self._lock:
+            extra = max(0, int(frames)) - self._ahead
+            self._frame_cache_size += extra
+            self._ahead += extra
 
     def _read_ahead(self) -> None:
         """Decode the rest of the current GOP into the cache (``reads_ahead``: a short GOP without

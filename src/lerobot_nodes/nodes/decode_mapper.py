@@ -169,6 +169,12 @@ class DecoderLRU:
         self._returned = threading.Condition(self._lock)
         self.contexts = CodecContextPool(capacity)
         self.opened = 0
+        self._reach: dict[int, int] = {}
+
+    def read_ahead(self, episode: int, frames: int) -> None:
+        """The decoders of ``episode`` keep ``frames`` decoded frames more (its anchor runs are stranded:
+        ``ScheduleItem.reach``), from the next one opened; forgotten when the episode retires."""
+        self._reach[episode] = int(frames)
 
     def checkout(
         self, episode: int, key: str, clip: Clip, at: float | None = None
@@ -204,7 +210,12 @@ class DecoderLRU:
                 )
             self.opened += 1
         try:
-            return slot, factory(clip)
+            decoder = factory(clip)
+            reach = self._reach.get(episode, 0)
+            keep_ahead = getattr(decoder, "keep_ahead", None)
+            if reach and keep_ahead is not None:
+                keep_ahead(reach)
+            return slot, decoder
         except BaseException:
             with self._lock:
                 self._busy.discard((episode, key))
@@ -237,6 +248,7 @@ class DecoderLRU:
     def retire(self, episode: int) -> None:
         with self._lock:
             self._retired.add(episode)
+            self._reach.pop(episode, None)
             slots = [slot for slot in self._idle if slot[0] == episode]
             closing = [self._pop(slot) for slot in slots]
         for decoder in closing:
@@ -254,6 +266,7 @@ class DecoderLRU:
             self._idle.clear()
             self._idle_of.clear()
             self._retired.clear()
+            self._reach.clear()
         for decoder in closing:
             decoder.close()
         if not keep_contexts:
@@ -506,6 +519,8 @@ class DecodeMapper(BaseNode[PendingSample]):
                 payload = task.wait_payload(cancelled)
             if not self._gop_reported:
                 self._report_gop(payload)
+            if item.reach:
+                self.decoders.read_ahead(item.episode, item.reach)
             started = time.perf_counter()
             try:
                 if destination is None:

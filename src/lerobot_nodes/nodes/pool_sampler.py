@@ -10,7 +10,9 @@ Within an episode, anchors come in runs one key frame decodes forward (GOP runs)
 an episode are open at once (``open_runs``, derived from the settings by
 ``streaming_graph.open_anchor_runs``) and the episode's anchors take one frame of each in turn,
 so the draws of one episode that share a batch are far apart instead of neighbouring frames
-(issue 24), while each run is still decoded forward, by its own clip decoder.
+(issue 24), while each run is still decoded forward, by its own clip decoder. An episode with fewer
+runs than the anchors a batch takes of it reads each run in strands (:class:`RunStrands`), so the
+anchors one run gives a batch are several frames apart too; its decoders keep the frames they pass.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class ScheduleItem:
     seq: int
     epoch: int
     last_of_episode: bool
+    reach: int = 0
+    """Frames the decoders of the anchor's run read ahead of its next anchor (stranded runs, see
+    :class:`RunStrands`): they keep that many frames more, in the order decoded."""
 
 
 ANCHOR_BLOCK = 2
@@ -59,8 +64,9 @@ def interleave_runs(runs: Sequence[np.ndarray], open_runs: int) -> np.ndarray:
 
     Slot ``i`` holds an open run; the order takes the next frame of slot 0, of slot 1, ... and
     again from slot 0; when a run ends, the next unopened run (in ``runs`` order) takes its slot,
-    and once none is left the slot closes. Each run's frames stay in ascending order (its clip
-    decoder only decodes forward), and ``open_runs = 1`` is the runs one after the other.
+    and once none is left the slot closes. Each run's frames stay in their order (ascending, or its
+    strands, :func:`strand_run`: its clip decoder decodes forward), and ``open_runs = 1`` is the runs
+    one after the other.
     """
     runs = [run for run in runs if len(run)]
     if open_runs <= 1 or len(runs) <= 1:
@@ -81,6 +87,99 @@ def interleave_runs(runs: Sequence[np.ndarray], open_runs: int) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+STRAND_STRIDE = 7
+"""Frames between the strands of a stranded run (:func:`strand_run`): neighbouring anchors of the run
+are at least ``STRAND_STRIDE - 1`` = 6 frames apart, more than the 5 frames within which the batch-mixing
+figures count a same-episode pair as near (``batch_mixing.NEAR_FRAMES``)."""
+
+
+@dataclass(frozen=True)
+class RunStrands:
+    """How an episode with fewer GOP runs than a batch draws from it reads each run: in ``ways`` strands.
+
+    ``draws`` is how many anchors of one episode a batch takes (the batch over the resident episodes),
+    spread over the episode's open runs; a run that gives a batch more than one is read in that many
+    strands (:func:`strand_run`), so its anchors in one batch are ``STRAND_STRIDE`` frames apart instead
+    of neighbours. A stranded run's decoder keeps the frames it decoded ahead of the run's next anchor
+    (:meth:`reach`) on top of its ``kept`` frames; the ways are cut until the episode's runs keep at most
+    ``frames_per_episode`` (the rank's decoded-frame budget over its resident episodes). A pure function
+    of the settings and ``meta/info.json``, as the open runs are.
+    """
+
+    draws: int
+    kept: int
+    frames_per_episode: int
+    stride: int = STRAND_STRIDE
+
+    def ways(self, open_runs: int, run_length: int) -> int:
+        """Strands of a run of ``run_length`` frames when ``open_runs`` runs of its episode are open."""
+        ways = min(-(-self.draws // max(1, open_runs)), run_length // self.stride)
+        while ways > 1 and open_runs * (self.kept + strand_reach(run_length, ways, self.stride)) > self.frames_per_episode:
+            ways -= 1
+        return max(1, ways)
+
+    def name(self) -> str:
+        """The strands in a schedule's saved settings (a resume must read runs the same way)."""
+        return f"strands-{self.draws}-{self.kept}-{self.frames_per_episode}-{self.stride}"
+
+
+def _strand_blocks(length: int, ways: int, stride: int) -> list[tuple[int, list[int]]]:
+    """``(block start, strand lengths)`` of a run of ``length`` frames in ``ways`` strands: blocks of at
+    least ``ways * stride`` frames, each split into ``ways`` consecutive strands of at least ``stride``.
+
+    Odd blocks (taken last strand first) have strands of one length; even blocks (first strand first)
+    take the rest of the run, their first strands one frame longer where it does not divide. So a
+    strand's frames are always ``ways`` anchors apart, and the last anchor of a block is never a
+    neighbour of the next block's first.
+    """
+    blocks = length // (ways * stride)
+    odd = blocks // 2
+    strand = length // blocks // ways
+    even_total = length - odd * ways * strand
+    evens = blocks - odd
+    out, start = [], 0
+    for b in range(blocks):
+        if b % 2:
+            lengths = [strand] * ways
+        else:
+            e = b // 2
+            size = even_total // evens + (1 if e < even_total % evens else 0)
+            lengths = [size // ways + (1 if j < size % ways else 0) for j in range(ways)]
+        out.append((start, lengths))
+        start += sum(lengths)
+    return out
+
+
+def strand_reach(length: int, ways: int, stride: int = STRAND_STRIDE) -> int:
+    """How far ahead of a stranded run's lowest undelivered frame its decoder reads (frames): the first
+    anchor of a block is its first or last strand's start, the other strands' frames below it wait."""
+    if ways <= 1 or length < ways * stride:
+        return 0
+    return max(sum(lengths[:-1]) for _, lengths in _strand_blocks(length, ways, stride))
+
+
+def strand_run(run: np.ndarray, ways: int, stride: int = STRAND_STRIDE) -> np.ndarray:
+    """The frames of ``run`` (consecutive, ascending) read in ``ways`` strands.
+
+    The run is cut in blocks of at least ``ways * stride`` frames, each block in ``ways`` consecutive
+    strands; a block yields the first frame of each strand, then the second of each, and so on, its
+    strands taken first to last in even blocks and last to first in odd ones. Guarantee: any ``ways``
+    consecutive frames of the result are pairwise at least ``stride - 1`` frames apart, and the decoder
+    reading it forward keeps at most :func:`strand_reach` frames it decoded ahead. ``ways`` 1, or a run
+    shorter than ``ways * stride``, is the run as it is.
+    """
+    if ways <= 1 or len(run) < ways * stride:
+        return run
+    first = int(run[0])
+    out: list[int] = []
+    for b, (start, lengths) in enumerate(_strand_blocks(len(run), ways, stride)):
+        starts = np.cumsum([0, *lengths[:-1]]) + start
+        strands = list(range(ways)) if b % 2 == 0 else list(range(ways - 1, -1, -1))
+        for i in range(max(lengths)):
+            out.extend(first + int(starts[j]) + i for j in strands if i < lengths[j])
+    return np.asarray(out, dtype=np.int64)
+
+
 def frame_order(
     seed: int,
     epoch: int,
@@ -89,6 +188,7 @@ def frame_order(
     block: int = ANCHOR_BLOCK,
     run_starts: Sequence[int] | np.ndarray | None = None,
     open_runs: int = 1,
+    strands: RunStrands | None = None,
 ) -> np.ndarray:
     """The order in which the frames of ``episode`` are anchored in ``epoch``.
 
@@ -105,20 +205,46 @@ def frame_order(
     take one frame of each in turn (:func:`interleave_runs`), so the anchors of one episode that
     land in one batch come from different runs, far apart, while each run is still decoded
     forward by its own clip decoder. The runs and their order are the same draw as with one.
+
+    ``strands`` (GOP runs only): each run is read in :meth:`RunStrands.ways` strands
+    (:func:`strand_run`) instead of ascending, when the episode's open runs are fewer than the anchors
+    a batch takes of it; see :func:`episode_order` for how far its decoders then read ahead.
     """
+    return episode_order(seed, epoch, episode, length, block, run_starts, open_runs, strands)[0]
+
+
+def episode_order(
+    seed: int,
+    epoch: int,
+    episode: int,
+    length: int,
+    block: int = ANCHOR_BLOCK,
+    run_starts: Sequence[int] | np.ndarray | None = None,
+    open_runs: int = 1,
+    strands: RunStrands | None = None,
+) -> tuple[np.ndarray, int]:
+    """:func:`frame_order` and the frames its runs' decoders read ahead of a run's next anchor (0 unless
+    runs are stranded: the largest :func:`strand_reach` of its runs)."""
     sequence = np.random.SeedSequence([seed_entropy(seed), int(epoch), int(episode), _FRAME_STREAM])
     length = int(length)
     if run_starts is None:
         blocks = np.random.default_rng(sequence).permutation(-(-length // block))
         order = (blocks[:, None] * block + np.arange(block)[None, :]).reshape(-1)
-        return order[order < length]
+        return order[order < length], 0
     starts = sorted_unique(np.asarray(run_starts, dtype=np.int64))
     starts = np.concatenate(([0], starts[(starts > 0) & (starts < length)]))
     bounds = np.append(starts, length)
     runs = np.random.default_rng(sequence).permutation(len(starts))
     if len(runs) == 0 or length == 0:
-        return np.arange(0, dtype=np.int64)
-    return interleave_runs([np.arange(bounds[r], bounds[r + 1], dtype=np.int64) for r in runs], open_runs)
+        return np.arange(0, dtype=np.int64), 0
+    frames = [np.arange(bounds[r], bounds[r + 1], dtype=np.int64) for r in runs]
+    reach = 0
+    if strands is not None:
+        opened = min(max(1, open_runs), len(frames))
+        ways = [strands.ways(opened, len(run)) for run in frames]
+        reach = max(strand_reach(len(run), w, strands.stride) for run, w in zip(frames, ways, strict=True))
+        frames = [strand_run(run, w, strands.stride) for run, w in zip(frames, ways, strict=True)]
+    return interleave_runs(frames, open_runs), reach
 
 
 GOP_SKEW_FRAMES = 3
@@ -170,7 +296,9 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
     (e.g. GOP-aligned runs, see :func:`gop_run_starts`), else runs of two frames. ``runs``
     names the run rule in the saved settings, so a checkpoint is resumed with the same rule;
     ``open_runs`` (GOP runs only) interleaves that many runs of an episode (:func:`interleave_runs`),
-    and is saved with the rule.
+    and ``strands`` reads an episode's runs in strands when they are fewer than a batch takes of it
+    (:class:`RunStrands`; each item says how far its run's decoders read ahead, ``ScheduleItem.reach``);
+    both are saved with the rule.
 
     Guarantees: each of the worker's frames exactly once per epoch; the same (seed, epoch,
     rank, worker, strategy, pool_size, run rule, costs, run starts) give the same schedule; ``reset(state)`` with a
@@ -205,6 +333,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         run_starts: Callable[[int], Sequence[int] | np.ndarray] | None = None,
         runs: str = "pairs",
         open_runs: int = 1,
+        strands: RunStrands | None = None,
     ) -> None:
         super().__init__()
         if pool_size < 1:
@@ -225,11 +354,13 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         self.run_starts = run_starts
         self.runs = runs
         self.open_runs = max(1, int(open_runs)) if run_starts is not None else 1
+        self.strands = strands if run_starts is not None else None
         self.epoch = 0
         self._pool: list[list[int]] = []  # [episode, frames taken], admission order
         self._left: list[int] = []  # frames not yet taken of each pool entry, in the pool's order
         self._round: list[int] = []
         self._orders: dict[int, np.ndarray] = {}
+        self._reaches: dict[int, int] = {}
         self._costs: dict[int, int] = {}
         self._rng = np.random.default_rng(0)
         self._num_yielded = 0
@@ -247,6 +378,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             run_starts=self.run_starts,
             runs=self.runs,
             open_runs=self.open_runs,
+            strands=self.strands,
         )
 
     def state_after(self, num_items: int, epoch: int) -> dict[str, Any]:
@@ -333,6 +465,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
                 del pool[slot]
                 del self._left[slot]
                 self._orders.pop(episode, None)
+                self._reaches.pop(episode, None)
                 break
         del round_[:done]
         self._num_yielded += done
@@ -347,6 +480,7 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             del self._pool[slot]
             del self._left[slot]
             self._orders.pop(episode, None)
+            self._reaches.pop(episode, None)
         self._num_yielded += 1
 
     # -- what the prefetcher reads ----------------------------------------------------------
@@ -377,11 +511,13 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         base: list[Any] = [self.strategy, self.pool_size, self.seed]
         if self.runs == "pairs":
             return base
-        return [*base, self.runs if self.open_runs == 1 else f"{self.runs}-open-{self.open_runs}"]
+        rule = self.runs if self.open_runs == 1 else f"{self.runs}-open-{self.open_runs}"
+        return [*base, rule if self.strands is None else f"{rule}-{self.strands.name()}"]
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self._orders.clear()
+        self._reaches.clear()
         self._costs.clear()
         if initial_state is not None:
             saved = list(initial_state[self.SETTINGS_KEY])
@@ -427,11 +563,15 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
         self._pool[slot][1] = taken + 1
         self._left[slot] -= 1
         last = taken + 1 == len(order)
+        reach = self._reaches.get(episode, 0)
         if last:
             del self._pool[slot]
             del self._left[slot]
             del self._orders[episode]
-        item = ScheduleItem(episode=episode, frame=frame, seq=self._num_yielded, epoch=self.epoch, last_of_episode=last)
+            self._reaches.pop(episode, None)
+        item = ScheduleItem(
+            episode=episode, frame=frame, seq=self._num_yielded, epoch=self.epoch, last_of_episode=last, reach=reach
+        )
         self._num_yielded += 1
         return item
 
@@ -470,14 +610,18 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             carried = self._carried_visit(episode)
             epoch = carried[1] if carried is not None else self.source.frame_epoch(episode)
             starts = self.run_starts(episode) if self.run_starts is not None else None
-            order = self._orders[episode] = frame_order(
+            order, reach = episode_order(
                 self.seed,
                 epoch,
                 episode,
                 self.source.episode_length(episode),
                 run_starts=starts,
                 open_runs=self.open_runs,
+                strands=self.strands,
             )
+            self._orders[episode] = order
+            if reach:
+                self._reaches[episode] = reach
         return order
 
     def _carried_visit(self, episode: int) -> tuple[int, int] | None:

@@ -38,7 +38,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..config import DEFAULT_RANK_POOL_SIZE, OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET, StreamingConfig
+from ..config import (
+    DEFAULT_RANK_POOL_SIZE,
+    OPEN_RUNS_FOR_BATCH,
+    OPEN_RUNS_FOR_BUDGET,
+    OPEN_RUNS_STRANDED,
+    StreamingConfig,
+)
 from ..errors import ConfigError
 from ..format.meta import DatasetMeta
 from ..nodes.sharder import CONTIGUOUS_SPLIT, SCATTERED_SPLIT, check_worker_split
@@ -52,7 +58,7 @@ RANK_POOL = "rank_pool"
 """The rank's default pool the schedule used (``config.default_rank_pool_size`` of the loader's batch size);
 absent in the identities of the versions before the batch-sized pool (``ScheduleStart.rank_pool`` None)."""
 OPEN_RUNS = "open_runs"
-"""The open-runs rule of the schedule (``config.OPEN_RUNS_FOR_BATCH``); absent in the identities of
+"""The open-runs rule of the schedule (``config.OPEN_RUNS_STRANDED``; ``OPEN_RUNS_FOR_BATCH`` before strands); absent in the identities of
 the versions before it, whose rule (``config.OPEN_RUNS_FOR_BUDGET``) a run resumed from them keeps (:func:`open_runs_rule_of`)."""
 BATCHES_ACROSS_WORKERS = "batches_across_workers"
 SKIPPED = "skipped_episodes"
@@ -131,7 +137,7 @@ def dataset_identity(
         WORKER_SPLIT: check_worker_split(worker_split),
         BATCHES_ACROSS_WORKERS: config.streaming_batches_across_workers,
         **({} if rank_pool is None else {RANK_POOL: int(rank_pool)}),
-        OPEN_RUNS: OPEN_RUNS_FOR_BATCH,
+        OPEN_RUNS: OPEN_RUNS_STRANDED,
     }
 
 
@@ -187,7 +193,7 @@ def open_runs_rule_of(identity: Mapping[str, Any] | None) -> str:
     if identity is None or identity.get(OPEN_RUNS) is None:
         return OPEN_RUNS_FOR_BUDGET
     rule = str(identity[OPEN_RUNS])
-    if rule not in (OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET):
+    if rule not in (OPEN_RUNS_STRANDED, OPEN_RUNS_FOR_BATCH, OPEN_RUNS_FOR_BUDGET):
         raise ConfigError(f"the checkpoint's open-runs rule {rule!r} is not one this version knows; resume with its version")
     return rule
 
