@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lerobot_nodes.mp4 import Clip, ClipDecoder, DecodedFrameBudget, read_index
-from lerobot_nodes.mp4.decode import CodecContextPool, frames_to_keep, reads_ahead
+from lerobot_nodes.mp4.decode import REORDER_FRAMES, CodecContextPool, frames_to_keep, reads_ahead
 from lerobot_nodes.mp4.plan import gop_starts, plan_clip
 from lerobot_nodes.nodes.decode_mapper import DecoderLRU
 from lerobot_nodes.nodes.pool_sampler import STRAND_STRIDE, interleave_runs, strand_reach, strand_run
@@ -137,14 +137,20 @@ def test_a_decoder_keeping_its_reach_serves_a_stranded_run_decoding_each_frame_o
     order = run[strand_run(np.arange(len(run)), ways)]
     kept = frames_to_keep(clip.layout, 1)
 
-    def decode(times, reach):
-        decoder = ClipDecoder(clip, frame_cache_size=kept, frame_budget=DecodedFrameBudget(None))
+    def decode(times, reach, asked_once=False):
+        budget = DecodedFrameBudget(None)
+        decoder = ClipDecoder(clip, frame_cache_size=kept, frame_budget=budget, asked_once=asked_once)
         decoder.keep_ahead(reach)
         for pts in times:
             np.testing.assert_array_equal(_hwc(decoder.frames_at([pts / index.timescale])), reference[pts])
-        return decoder
+        return decoder, budget
 
-    forward = decode(run.tolist(), 0)
-    stranded = decode(order.tolist(), strand_reach(len(run), ways))
+    forward, _ = decode(run.tolist(), 0)
+    reach = strand_reach(len(run), ways)
+    stranded, kept_frames = decode(order.tolist(), reach)
     assert stranded.samples_decoded == forward.samples_decoded and stranded.restarts == forward.restarts
-    assert decode(order.tolist(), 0).samples_decoded > forward.samples_decoded
+    assert decode(order.tolist(), 0)[0].samples_decoded > forward.samples_decoded
+    # Asked once (camera windows of one frame): a frame returned is dropped, one passed waits its turn.
+    once, held = decode(order.tolist(), reach, asked_once=True)
+    assert once.samples_decoded == forward.samples_decoded and once.restarts == forward.restarts
+    assert held.peak_frames <= reach + REORDER_FRAMES < kept_frames.peak_frames == kept + reach

@@ -171,6 +171,13 @@ class DecodedFrameBudget:
             self.peak_bytes = max(self.peak_bytes, self.resident_bytes)
             self.peak_frames = max(self.peak_frames, len(self._order))
 
+    def discard(self, owner: int, pts: int) -> None:
+        """Drop ``owner``'s frame at ``pts`` if kept (not an eviction: it will not be asked for again)."""
+        with self._lock:
+            frames = self._frames.get(owner)
+            if frames is not None and pts in frames:
+                self._drop(owner, pts)
+
     def release(self, owner: int) -> None:
         """Drop every frame of ``owner`` (its decoder closed)."""
         with self._lock:
@@ -276,6 +283,10 @@ class ClipDecoder:
     made, as :class:`~lerobot_nodes.fetch.episode_fetch.EpisodeFetcher` delivers them) or bare
     clip bytes, whose layout is then parsed from their ``moov``.
 
+    ``asked_once``: each frame is asked for once (a streaming reader's camera windows of one frame:
+    every anchor once per epoch), so a frame returned is dropped from the cache at once instead of
+    held until newer ones push it out; a frame asked for again is decoded again, never different.
+
     Counters: ``samples_decoded`` (packets sent to the codec), ``restarts`` (seeks) and
     ``drains`` (GOPs ended by a drain instead of the next GOP's packets). A decoder serves one
     camera: RGB frames, or (``frames_at(..., depth=True)`` from the first call on) the codes of
@@ -290,6 +301,7 @@ class ClipDecoder:
         frame_budget: DecodedFrameBudget | None = None,
         context_pool: CodecContextPool | None = None,
         read_ahead: bool = False,
+        asked_once: bool = False,
     ) -> None:
         # A planned clip brings its layout; bare bytes have theirs parsed from the moov.
         if isinstance(clip, Clip):
@@ -333,6 +345,7 @@ class ClipDecoder:
         self._pool_name = self._codec_name + ("" if self._detects_errors else "/conceal")
         self._frame_cache_size = max(1, frame_cache_size)
         self._ahead = 0
+        self._asked_once = bool(asked_once)
         self._budget = frame_budget if frame_budget is not None else DecodedFrameBudget(None)
         self._owner = self._budget.register()
         weakref.finalize(self, self._budget.forget, self._owner)
@@ -435,6 +448,9 @@ class ClipDecoder:
             self._decode_until(sample, wanted, found)
         if self.reads_ahead:
             self._read_ahead()
+        if self._asked_once:
+            for pts in wanted:
+                self._budget.discard(self._owner, pts)
         return [found[pts_of[sample]] for sample in samples]
 
     def keep_ahead(self, frames: int) -> None:

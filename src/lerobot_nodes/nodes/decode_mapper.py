@@ -93,7 +93,8 @@ def _default_decoder_factory(
     open_runs: int = 1,
 ) -> ClipDecoderFactory:
     """``open_runs`` > 1: a short-GOP clip's decoder reads ahead (``ClipDecoder.reads_ahead``) and
-    serves all open runs, keeping each run's window and its frame read ahead."""
+    serves all open runs, keeping each run's window and its frame read ahead. Camera windows of one
+    frame ask for each frame once per epoch: their decoders drop a frame once returned (``asked_once``)."""
     from ..mp4 import ClipDecoder
     from ..mp4.decode import DEFAULT_FRAME_CACHE_SIZE, frames_to_keep, reads_ahead
 
@@ -103,7 +104,12 @@ def _default_decoder_factory(
         if ahead:
             kept = open_runs * (kept + 1)
         return ClipDecoder(
-            clip, frame_budget=frame_budget, frame_cache_size=kept, context_pool=context_pool, read_ahead=ahead
+            clip,
+            frame_budget=frame_budget,
+            frame_cache_size=kept,
+            context_pool=context_pool,
+            read_ahead=ahead,
+            asked_once=window_frames == 1,
         )
 
     return factory
