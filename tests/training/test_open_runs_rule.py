@@ -135,3 +135,24 @@ def test_few_long_gop_episodes_read_their_runs_in_strands(few_long_gop_episodes,
     forward.close()
     assert sorted(forward_keys) == sorted(keys) and forward_keys != keys
     assert _near_pairs(keys) < _near_pairs(forward_keys) / 4
+
+
+def test_an_elastic_resume_of_stranded_runs_delivers_the_rest_once(few_long_gop_episodes):
+    """A 2-rank run stopped mid-epoch continues as 1 rank with 2 workers: the episodes it had started
+    continue their stranded order (the strands are a function of the settings and the indexes, not of
+    the topology), and the epoch delivers every frame exactly once."""
+    stop, batch = 3, BATCH
+    delivered = []
+    for rank in range(2):
+        dataset = StreamingLeRobotDataset(root=few_long_gop_episodes, seed=SEED, return_uint8=True, rank=rank, world_size=2)
+        iterator = iter(streaming_dataloader(dataset, batch, 0))
+        delivered += [key for _ in range(stop) for key in _keys(next(iterator))]
+        sampler = dataset._graph.sampler if dataset._graph is not None else None
+        assert sampler is not None and sampler.strands is not None
+        assert sampler.strands.ways(min(sampler.open_runs, 2), 30) == 2  # 4 samples a batch over 2 runs of 30
+        dataset.close()
+    resumed = StreamingLeRobotDataset(root=few_long_gop_episodes, seed=SEED, return_uint8=True)
+    resumed.resume_from_step(stop, batch, 0, world_size=2, seed=SEED)
+    rest = [key for b in streaming_dataloader(resumed, batch, 2) for key in _keys(b)]
+    resumed.close()
+    assert collections.Counter(delivered + rest) == {(e, f): 1 for e in range(4) for f in range(60)}
