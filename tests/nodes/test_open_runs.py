@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from lerobot_nodes.batch_mixing import MixingTally, uniform_mixing
 from lerobot_nodes.nodes import EpisodePoolSampler, RankWorkerSharder
-from lerobot_nodes.nodes.pool_sampler import frame_order, interleave_runs
+from lerobot_nodes.nodes.pool_sampler import RunStrands, frame_order, interleave_runs
 from lerobot_nodes.testing.resume_contract import assert_resumes_exactly
 
 
@@ -65,7 +65,7 @@ def test_one_open_run_is_todays_order_and_more_keep_the_same_runs(length, seed, 
     assert [f for f in interleaved.tolist() if f % gop == 0] == firsts
 
 
-def _sampler(episodes, lengths, open_runs, gop, seed=0, pool_size=4, strategy="remaining"):
+def _sampler(episodes, lengths, open_runs, gop, seed=0, pool_size=4, strategy="remaining", strands=None):
     sharder = RankWorkerSharder(
         episodes, lengths, rank=0, world_size=1, worker_id=0, num_workers=1, seed=seed
     )
@@ -77,39 +77,45 @@ def _sampler(episodes, lengths, open_runs, gop, seed=0, pool_size=4, strategy="r
         run_starts=lambda e: np.arange(gop, 10_000, gop),
         runs="gop-test",
         open_runs=open_runs,
+        strands=strands,
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
-    lengths=st.lists(st.integers(1, 60), min_size=1, max_size=8),
+    lengths=st.lists(st.integers(1, 90), min_size=1, max_size=8),
     open_runs=st.integers(1, 8),
-    gop=st.integers(1, 30),
+    gop=st.integers(1, 40),
+    draws=st.integers(0, 6),
     seed=st.integers(0, 2**31),
     strategy=st.sampled_from(("remaining", "round_robin")),
     data=st.data(),
 )
 def test_open_runs_cover_each_frame_once_same_seed_same_order_and_resume_exactly(
-    lengths, open_runs, gop, seed, strategy, data
+    lengths, open_runs, gop, draws, seed, strategy, data
 ):
+    """With and without stranded runs (``draws`` >= 2: a batch takes that many anchors of an episode)."""
     episodes = list(range(len(lengths)))
-    expected = [
-        (i.episode, i.frame) for i in _sampler(episodes, lengths, open_runs, gop, seed, strategy=strategy)
-    ]
+    strands = RunStrands(draws=draws, kept=4, frames_per_episode=10_000) if draws >= 2 else None
+
+    def make():
+        return _sampler(episodes, lengths, open_runs, gop, seed, strategy=strategy, strands=strands)
+
+    items = list(make())
+    expected = [(i.episode, i.frame) for i in items]
     assert sorted(expected) == sorted(
         (e, f) for e, n in zip(episodes, lengths, strict=True) for f in range(n)
     )
-    again = [
-        (i.episode, i.frame) for i in _sampler(episodes, lengths, open_runs, gop, seed, strategy=strategy)
-    ]
-    assert again == expected
+    assert [(i.episode, i.frame) for i in make()] == expected
     cut = data.draw(st.integers(0, len(expected)))
-    run = _sampler(episodes, lengths, open_runs, gop, seed, strategy=strategy)
+    run = make()
     head = [next(run) for _ in range(cut)]
-    resumed = _sampler(episodes, lengths, open_runs, gop, seed, strategy=strategy)
+    resumed = make()
     resumed.reset(run.state_dict())
-    assert [(i.episode, i.frame) for i in head + list(resumed)] == expected
-    fast = _sampler(episodes, lengths, open_runs, gop, seed, strategy=strategy)
+    tail = list(resumed)
+    assert [(i.episode, i.frame) for i in head + tail] == expected
+    assert [i.reach for i in head + tail] == [i.reach for i in items]
+    fast = make()
     fast.reset(None)
     if cut:
         fast.fast_forward(cut)

@@ -3,8 +3,8 @@
 A run read in ``ways`` strands (``strand_run``) is a permutation of the run whose ``ways`` consecutive
 anchors are pairwise at least ``STRAND_STRIDE - 1`` frames apart, and whose decoder never reads more
 than ``strand_reach`` frames ahead of the run's lowest undelivered frame; the sampler with strands
-covers each frame once, is a pure function of its inputs, resumes exactly and refuses a checkpoint of
-another run rule; and on 8 episodes of 120 frames with GOP 60 (two runs per episode, a batch of 32
+resumes exactly (coverage and determinism: ``test_open_runs``) and refuses a checkpoint of another run
+rule; and on 8 episodes of 120 frames with GOP 60 (two runs per episode, a batch of 32
 takes 4 anchors of each) strands bring same-episode near pairs from about 3x a uniform shuffle's to
 below it.
 """
@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from lerobot_nodes.batch_mixing import NEAR_FRAMES, MixingTally, uniform_mixing
 from lerobot_nodes.errors import ConfigError
-from lerobot_nodes.nodes import EpisodePoolSampler, RankWorkerSharder
 from lerobot_nodes.nodes.pool_sampler import STRAND_STRIDE, RunStrands, frame_order, strand_reach, strand_run
 from lerobot_nodes.testing.resume_contract import assert_resumes_exactly
+
+from .test_open_runs import _sampler as open_runs_sampler
 
 
 def _reach_used(order: np.ndarray, first: int, length: int) -> int:
@@ -65,56 +66,12 @@ def test_the_ways_a_batch_needs_fit_the_budget():
     assert RunStrands(draws=8, kept=4, frames_per_episode=2 * (4 + 20)).ways(open_runs=2, run_length=60) == 3
 
 
-def _runs_of(gop):
-    return lambda episode: np.arange(gop, 10_000, gop)
-
-
 def _sampler(lengths, gop, strands, open_runs=5, seed=0, pool_size=8, strategy="round_robin"):
     episodes = list(range(len(lengths)))
-    sharder = RankWorkerSharder(episodes, lengths, rank=0, world_size=1, worker_id=0, num_workers=1, seed=seed)
-    return EpisodePoolSampler(
-        sharder, pool_size=pool_size, strategy=strategy, seed=seed, run_starts=_runs_of(gop),
-        runs="gop-test", open_runs=open_runs, strands=strands,
-    )  # fmt: skip
+    return open_runs_sampler(episodes, lengths, open_runs, gop, seed, pool_size, strategy, strands=strands)
 
 
 STRANDS = RunStrands(draws=4, kept=4, frames_per_episode=46)
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    lengths=st.lists(st.integers(1, 90), min_size=1, max_size=6),
-    gop=st.integers(7, 40),
-    draws=st.integers(2, 6),
-    seed=st.integers(0, 2**31),
-    strategy=st.sampled_from(("remaining", "round_robin")),
-    data=st.data(),
-)
-def test_stranded_runs_cover_each_frame_once_same_seed_same_order_and_resume_exactly(
-    lengths, gop, draws, seed, strategy, data
-):
-    strands = RunStrands(draws=draws, kept=4, frames_per_episode=10_000)
-
-    def make():
-        return _sampler(lengths, gop, strands, open_runs=2, seed=seed, pool_size=3, strategy=strategy)
-
-    items = list(make())
-    expected = [(i.episode, i.frame) for i in items]
-    assert sorted(expected) == sorted((e, f) for e, n in enumerate(lengths) for f in range(n))
-    assert [(i.episode, i.frame) for i in make()] == expected
-    cut = data.draw(st.integers(0, len(expected)))
-    run = make()
-    head = [next(run) for _ in range(cut)]
-    resumed = make()
-    resumed.reset(run.state_dict())
-    tail = list(resumed)
-    assert [(i.episode, i.frame) for i in head + tail] == expected
-    assert [i.reach for i in head + tail] == [i.reach for i in items]
-    fast = make()
-    fast.reset(None)
-    if cut:
-        fast.fast_forward(cut)
-    assert fast.state_dict() == run.state_dict()
 
 
 def test_stranded_runs_keep_the_resume_contract():

@@ -118,6 +118,13 @@ class RunStrands:
             ways -= 1
         return max(1, ways)
 
+    def reach(self, length: int, run_starts: Sequence[int] | np.ndarray, open_runs: int) -> int:
+        """Frames the decoders of an episode of ``length`` frames (runs from ``run_starts``, ``open_runs``
+        open at once) read ahead of a run's next anchor at most: the largest :func:`strand_reach` of its runs."""
+        lengths = np.diff(run_bounds(int(length), run_starts)).tolist()
+        opened = min(max(1, open_runs), len(lengths))
+        return max((strand_reach(n, self.ways(opened, n), self.stride) for n in lengths if n), default=0)
+
     def name(self) -> str:
         """The strands in a schedule's saved settings (a resume must read runs the same way)."""
         return f"strands-{self.draws}-{self.kept}-{self.frames_per_episode}-{self.stride}"
@@ -208,43 +215,30 @@ def frame_order(
 
     ``strands`` (GOP runs only): each run is read in :meth:`RunStrands.ways` strands
     (:func:`strand_run`) instead of ascending, when the episode's open runs are fewer than the anchors
-    a batch takes of it; see :func:`episode_order` for how far its decoders then read ahead.
+    a batch takes of it; :meth:`RunStrands.reach` says how far its decoders then read ahead.
     """
-    return episode_order(seed, epoch, episode, length, block, run_starts, open_runs, strands)[0]
-
-
-def episode_order(
-    seed: int,
-    epoch: int,
-    episode: int,
-    length: int,
-    block: int = ANCHOR_BLOCK,
-    run_starts: Sequence[int] | np.ndarray | None = None,
-    open_runs: int = 1,
-    strands: RunStrands | None = None,
-) -> tuple[np.ndarray, int]:
-    """:func:`frame_order` and the frames its runs' decoders read ahead of a run's next anchor (0 unless
-    runs are stranded: the largest :func:`strand_reach` of its runs)."""
     sequence = np.random.SeedSequence([seed_entropy(seed), int(epoch), int(episode), _FRAME_STREAM])
     length = int(length)
     if run_starts is None:
         blocks = np.random.default_rng(sequence).permutation(-(-length // block))
         order = (blocks[:, None] * block + np.arange(block)[None, :]).reshape(-1)
-        return order[order < length], 0
-    starts = sorted_unique(np.asarray(run_starts, dtype=np.int64))
-    starts = np.concatenate(([0], starts[(starts > 0) & (starts < length)]))
-    bounds = np.append(starts, length)
-    runs = np.random.default_rng(sequence).permutation(len(starts))
+        return order[order < length]
+    bounds = run_bounds(length, run_starts)
+    runs = np.random.default_rng(sequence).permutation(len(bounds) - 1)
     if len(runs) == 0 or length == 0:
-        return np.arange(0, dtype=np.int64), 0
+        return np.arange(0, dtype=np.int64)
     frames = [np.arange(bounds[r], bounds[r + 1], dtype=np.int64) for r in runs]
-    reach = 0
     if strands is not None:
         opened = min(max(1, open_runs), len(frames))
-        ways = [strands.ways(opened, len(run)) for run in frames]
-        reach = max(strand_reach(len(run), w, strands.stride) for run, w in zip(frames, ways, strict=True))
-        frames = [strand_run(run, w, strands.stride) for run, w in zip(frames, ways, strict=True)]
-    return interleave_runs(frames, open_runs), reach
+        frames = [strand_run(run, strands.ways(opened, len(run)), strands.stride) for run in frames]
+    return interleave_runs(frames, open_runs)
+
+
+def run_bounds(length: int, run_starts: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Where the runs of an episode of ``length`` frames begin, then ``length``: 0, the ``run_starts``
+    inside ``(0, length)`` (ascending, once each), ``length``."""
+    starts = sorted_unique(np.asarray(run_starts, dtype=np.int64))
+    return np.concatenate(([0], starts[(starts > 0) & (starts < length)], [length])).astype(np.int64)
 
 
 GOP_SKEW_FRAMES = 3
@@ -610,18 +604,14 @@ class EpisodePoolSampler(BaseNode[ScheduleItem]):
             carried = self._carried_visit(episode)
             epoch = carried[1] if carried is not None else self.source.frame_epoch(episode)
             starts = self.run_starts(episode) if self.run_starts is not None else None
-            order, reach = episode_order(
-                self.seed,
-                epoch,
-                episode,
-                self.source.episode_length(episode),
-                run_starts=starts,
-                open_runs=self.open_runs,
-                strands=self.strands,
+            length = self.source.episode_length(episode)
+            order = self._orders[episode] = frame_order(
+                self.seed, epoch, episode, length, run_starts=starts, open_runs=self.open_runs, strands=self.strands
             )
-            self._orders[episode] = order
-            if reach:
-                self._reaches[episode] = reach
+            if self.strands is not None and starts is not None:
+                reach = self.strands.reach(length, starts, self.open_runs)
+                if reach:
+                    self._reaches[episode] = reach
         return order
 
     def _carried_visit(self, episode: int) -> tuple[int, int] | None:
