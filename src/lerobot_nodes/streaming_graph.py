@@ -584,6 +584,7 @@ def build_streaming_graph(
         decode_error_hint=_stale_index_hint(source, meta) if services.index_provider is None else None,
         slots=slots,
         camera_window_frames=spec.camera_window_frames(),
+        frames_asked_once=spec.camera_frames_asked_once(),
         decoders_per_clip=sampler.open_runs,
         skip_bad=found_bad,
     )

@@ -156,3 +156,25 @@ def test_an_elastic_resume_of_stranded_runs_delivers_the_rest_once(few_long_gop_
     rest = [key for b in streaming_dataloader(resumed, batch, 2) for key in _keys(b)]
     resumed.close()
     assert collections.Counter(delivered + rest) == {(e, f): 1 for e in range(4) for f in range(60)}
+
+
+@pytest.mark.parametrize(
+    ("camera_deltas", "asked_once"), [(None, True), ([0.0], True), ([-1 / 30, 0.0], False), ([-1 / 30], False)]
+)
+def test_decoders_drop_a_frame_once_returned_only_when_each_frame_is_asked_for_once(
+    few_long_gop_episodes, camera_deltas, asked_once
+):
+    """A camera window of the anchor's own frame asks for each frame once per epoch, so decoders drop
+    it once returned; a window of history, or an offset clamped at the episode's edges, asks again."""
+    deltas = {"action": [i / 30 for i in range(5)]}
+    if camera_deltas is not None:
+        deltas["observation.images.top"] = camera_deltas
+    dataset = StreamingLeRobotDataset(
+        root=few_long_gop_episodes, seed=SEED, return_uint8=True, delta_timestamps=deltas
+    )
+    keys = [key for batch in streaming_dataloader(dataset, BATCH, 0) for key in _keys(batch)]
+    assert dataset._graph is not None and dataset._graph.decoder.decoders.asked_once is asked_once
+    report = dataset.metrics.report()
+    dataset.close()
+    assert collections.Counter(keys) == {(e, f): 1 for e in range(4) for f in range(60)}
+    assert report.decoded_per_delivered < 1.3

@@ -91,10 +91,12 @@ def _default_decoder_factory(
     window_frames: int | None = None,
     context_pool: CodecContextPool | None = None,
     open_runs: int = 1,
+    asked_once: bool = False,
 ) -> ClipDecoderFactory:
     """``open_runs`` > 1: a short-GOP clip's decoder reads ahead (``ClipDecoder.reads_ahead``) and
-    serves all open runs, keeping each run's window and its frame read ahead. Camera windows of one
-    frame ask for each frame once per epoch: their decoders drop a frame once returned (``asked_once``)."""
+    serves all open runs, keeping each run's window and its frame read ahead. ``asked_once``: every
+    camera window is the anchor's own frame (``SampleSpec.camera_frames_asked_once``), so a decoder
+    drops a frame once returned."""
     from ..mp4 import ClipDecoder
     from ..mp4.decode import DEFAULT_FRAME_CACHE_SIZE, frames_to_keep, reads_ahead
 
@@ -109,7 +111,7 @@ def _default_decoder_factory(
             frame_cache_size=kept,
             context_pool=context_pool,
             read_ahead=ahead,
-            asked_once=window_frames == 1,
+            asked_once=asked_once,
         )
 
     return factory
@@ -127,7 +129,8 @@ class DecoderLRU:
     the number of decode threads. ``factory`` receives the :class:`Clip`; decoded frames the
     decoders keep are charged to ``frame_budget`` when the factory is the default one, which
     keeps :func:`~lerobot_nodes.mp4.decode.frames_to_keep` frames per decoder for camera
-    windows spanning ``window_frames`` frames (None: the decoder's default).
+    windows spanning ``window_frames`` frames (None: the decoder's default), and with ``asked_once``
+    (every camera window the anchor's own frame) drop a frame once it is returned.
 
     ``per_key`` > 1 (the schedule keeps that many anchor runs of an episode open, see
     :func:`~lerobot_nodes.nodes.pool_sampler.interleave_runs`): up to that many idle decoders per
@@ -156,6 +159,7 @@ class DecoderLRU:
         frame_budget: DecodedFrameBudget | None = None,
         window_frames: int | None = None,
         per_key: int = 1,
+        asked_once: bool = False,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"decoder cache capacity must be >= 1, got {capacity}")
@@ -163,6 +167,7 @@ class DecoderLRU:
         self._factory = factory
         self.frame_budget = frame_budget if frame_budget is not None else DecodedFrameBudget(None)
         self.window_frames = window_frames
+        self.asked_once = asked_once
         self.per_key = max(1, int(per_key))
         self._idle: OrderedDict[tuple[int, str, int], ClipDecoderLike] = OrderedDict()
         # The idle slots of each (episode, camera), least recently used first: a checkout looks at
@@ -212,7 +217,7 @@ class DecoderLRU:
             factory = self._factory
             if factory is None:
                 factory = self._factory = _default_decoder_factory(
-                    self.frame_budget, self.window_frames, self.contexts, self.per_key
+                    self.frame_budget, self.window_frames, self.contexts, self.per_key, self.asked_once
                 )
             self.opened += 1
         try:
@@ -391,7 +396,7 @@ class DecodeMapper(BaseNode[PendingSample]):
     in the batch it will be part of, assigned in submission (= schedule) order.
     Each (episode, camera) has one decoder, which keeps its position between the episode's
     anchors and keeps the frames a camera window spanning ``camera_window_frames`` frames
-    can ask for again (see :class:`DecoderLRU`); the decoded frames all decoders keep are
+    can ask for again, none once returned with ``frames_asked_once`` (see :class:`DecoderLRU`); the decoded frames all decoders keep are
     bounded by ``decoded_frame_budget_bytes`` (``None``: unbounded) and reported as gauges (``decoded_resident_bytes``/``_frames``,
     ``peak_decoded_bytes``/``_frames``, ``decoded_budget_bytes``) next to ``frames_decoded``
     and ``frames_delivered``.
@@ -423,6 +428,7 @@ class DecodeMapper(BaseNode[PendingSample]):
         decode_error_hint: Callable[[], str] | None = None,
         slots: BatchSlots | None = None,
         camera_window_frames: int | None = None,
+        frames_asked_once: bool = False,
         decoders_per_clip: int = 1,
         skip_bad: Container[int] | None = None,
     ) -> None:
@@ -434,7 +440,12 @@ class DecodeMapper(BaseNode[PendingSample]):
         self.num_threads = num_threads
         self.frame_budget = DecodedFrameBudget(decoded_frame_budget_bytes)
         self.decoders = DecoderLRU(
-            decoder_cache_size, decoder_factory, self.frame_budget, camera_window_frames, per_key=decoders_per_clip
+            decoder_cache_size,
+            decoder_factory,
+            self.frame_budget,
+            camera_window_frames,
+            per_key=decoders_per_clip,
+            asked_once=frames_asked_once,
         )
         self.metrics = metrics or NullMetrics()
         self._record = recorder(self.metrics)

@@ -86,6 +86,15 @@ class SampleSpec:
         ]
         return max(spans, default=1)
 
+    def camera_frames_asked_once(self) -> bool:
+        """Whether a camera frame is asked for by one anchor only: every camera window is the anchor's own
+        frame (no window, or offsets ``[0]``), so an epoch, which anchors each frame once, asks for each
+        frame once. A window of history, or one offset elsewhere (clamped at an episode's edges), asks
+        for some frames again."""
+        return all(
+            np.array_equal(offsets, [0]) for key, offsets in (self.offsets or {}).items() if key in self.video_keys
+        )
+
     def video_timestamps(self, episode: EpisodeData, frame: int) -> dict[str, list[float]]:
         """Episode-relative timestamps of the frames each camera needs for ``frame``."""
         timestamps = episode.arrays["timestamp"]
