@@ -624,6 +624,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reuse", action="store_true", help="measure the kept copies instead of converting again"
     )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="ours reads with an empty $HF_LEROBOT_HOME per measurement: no metadata or video index cached (a "
+        "first run ever; the peers' download caches are fresh per measurement either way)",
+    )
     parser.add_argument("--out", type=Path, default=DATA / "results.jsonl")
     parser.add_argument("--plot", type=Path, default=HERE / "plots" / "peers")
     parser.add_argument(
@@ -782,8 +788,9 @@ def run(args: argparse.Namespace) -> int:
                                 "endpoint": server.endpoint if server else None,
                                 "cache_dir": str(cache),
                             }
+                            home = {"HF_LEROBOT_HOME": str(cache / "home")} if args.cold and loader in OURS else {}
                             try:
-                                figures = measure(config, env)
+                                figures = measure(config, {**env, **home})
                             except RuntimeError as error:
                                 print(
                                     f"FAILED {name} {where} w{workers} {loader}: {error}",
@@ -801,6 +808,7 @@ def run(args: argparse.Namespace) -> int:
                                 "num_workers": workers,
                                 "loader": loader,
                                 "round": round_index,
+                                "cold": bool(home),
                                 **figures,
                             }
                             emit(row)

@@ -85,10 +85,11 @@ def split_of(pid: int) -> tuple[dict[str, int], dict[str, int]]:
     return split, private
 
 
-def measure(config: dict[str, Any]) -> dict[str, Any]:
+def measure(config: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
     """``peers.py``'s measurement of ``config``, with the split of the tree's PSS at its peak."""
     process = subprocess.Popen(
         [sys.executable, str(HERE / "peers.py"), "--one", json.dumps(config)],
+        env={**os.environ, **(env or {})},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--episodes", type=int, default=None, help="read the first N episodes (as peers.py --episodes)")
     parser.add_argument("--loader", default="ours", choices=peers.OURS)
+    parser.add_argument("--where", default="local", choices=["local", "s3"], help="s3: from a moto server, as peers.py")
     parser.add_argument(
         "--decoders", action="store_true", help="only what the clip decoders hold (this process, 0 workers)"
     )
@@ -211,22 +213,36 @@ def main(argv: list[str] | None = None) -> int:
         "endpoint": None,
         "cache_dir": "/tmp",
     }
-    for workers in args.workers:
-        figures = measure({**base, "num_workers": workers})
-        peak, result = figures["peak"], figures["result"]
-        print(f"\n{args.dataset}, {workers} workers: peak PSS {peak['total'] / 1e6:.0f} MB "
-              f"(imports {figures['imports']['total'] / 1e6:.0f} MB); decoded frames kept (peak, RGB charge) "
-              f"{result.get('peak_decoded_mb', 0):.0f} MB; batch segments created {result.get('batch_segments_created')}; "
-              f"{result['samples_per_s']:.0f} samples/s, {result['cpu_ms_per_sample']:.2f} CPU ms/sample")
-        print("PSS MB (private MB) by kind of mapping:")
-        print("| process | " + " | ".join(CATEGORIES) + " | total |")
-        print("|---" * (len(CATEGORIES) + 2) + "|")
-        for name, snap in (("imports", figures["imports"]), ("peak", peak)):
-            for index, (_pid, (split, private)) in enumerate(snap["processes"].items()):
-                label = f"{name}: {'main' if index == 0 else f'child {index}'}"
-                cells = " | ".join(f"{split[c] / 1e6:.0f} ({private[c] / 1e6:.0f})" for c in CATEGORIES)
-                print(f"| {label} | {cells} | {sum(split.values()) / 1e6:.0f} |")
+    server, env = None, {}
+    if args.where == "s3":
+        server = peers.MotoServer()
+        base.update(where="s3", endpoint=server.endpoint, root=server.upload(root, f"{args.dataset}/ours"))
+        base["remote"] = base["root"]
+        env = server.env()
+    try:
+        for workers in args.workers:
+            report(args.dataset, workers, measure({**base, "num_workers": workers}, env))
+    finally:
+        if server is not None:
+            server.close()
     return 0
+
+
+def report(dataset: str, workers: int, figures: dict[str, Any]) -> None:
+    """The split of one measurement at the tree's peak, as a Markdown table."""
+    peak, result = figures["peak"], figures["result"]
+    print(f"\n{dataset}, {workers} workers: peak PSS {peak['total'] / 1e6:.0f} MB "
+          f"(imports {figures['imports']['total'] / 1e6:.0f} MB); decoded frames kept (peak, RGB charge) "
+          f"{result.get('peak_decoded_mb', 0):.0f} MB; batch segments created {result.get('batch_segments_created')}; "
+          f"{result['samples_per_s']:.0f} samples/s, {result['cpu_ms_per_sample']:.2f} CPU ms/sample")
+    print("PSS MB (private MB) by kind of mapping:")
+    print("| process | " + " | ".join(CATEGORIES) + " | total |")
+    print("|---" * (len(CATEGORIES) + 2) + "|")
+    for name, snap in (("imports", figures["imports"]), ("peak", peak)):
+        for index, (_pid, (split, private)) in enumerate(snap["processes"].items()):
+            label = f"{name}: {'main' if index == 0 else f'child {index}'}"
+            cells = " | ".join(f"{split[c] / 1e6:.0f} ({private[c] / 1e6:.0f})" for c in CATEGORIES)
+            print(f"| {label} | {cells} | {sum(split.values()) / 1e6:.0f} |")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,6 @@ from .sources.listed import ListedHttpSource
 from .sources.mixture import MixtureSource
 from .sources.range_cache import byte_cache_from_options
 from .sources.resolve import open_source
-from .sources.s3_session import load_before_the_fork
 from .streaming_graph import (
     BatchOptions,
     GraphServices,
@@ -210,9 +209,7 @@ class StreamingLeRobotDataset(LeRobotDatasetProperties, IterableDataset):
     ) -> None:
         super().__init__()
         exit_if_reimporting_main()  # a worker running an unguarded training script again: one line, not a crash
-        # The DataLoader workers' server, forked now while this process may be (before s3fs's or our threads),
-        # sharing this process's S3 session data with every worker.
-        load_before_the_fork(root)
+        # The DataLoader workers' server, forked now while this process may be (before a file system's or our threads).
         start_before_threads(filesystem_modules(root))
         config = config or StreamingConfig()
         if bad_episodes is not None:

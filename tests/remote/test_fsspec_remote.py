@@ -1,4 +1,5 @@
-"""Generic fsspec stores: a real S3-compatible server (moto + s3fs) and ``memory://``."""
+"""S3 on a real S3-compatible server (moto), read natively (``S3Source``) and through fsspec + s3fs
+(``FsspecSource``, what ``s3://`` roots with s3fs's own options get); and ``memory://``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from lerobot_nodes.errors import SourceFileNotFoundError
 from lerobot_nodes.sidecar import SidecarCache
 from lerobot_nodes.sources import FsspecSource, open_source
+from lerobot_nodes.sources.s3 import S3Source
 from lerobot_nodes.sources.s3_session import s3fs_options, shared_session
 from lerobot_nodes.testing import write_dataset
 from lerobot_nodes.testing.s3 import LoopbackS3
@@ -53,28 +55,54 @@ def private_home(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "home"))
 
 
+S3_URL = "s3://lerobot/datasets/small"
+S3FS_OPTION = {"default_block_size": 5 << 20}
+"""One of s3fs's own options: the root then goes to fsspec."""
+
+
+@pytest.fixture(params=["native", "s3fs"])
+def s3_root(request, s3_endpoint):
+    """The dataset's S3 root as each path reads it: the URL alone (native), or an s3fs source."""
+    if request.param == "native":
+        return S3_URL
+    return open_source(S3_URL, storage_options=S3FS_OPTION)
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_s3_epoch_equals_the_map_style_reader_on_the_local_copy(s3_endpoint, local_dataset, num_workers):
-    dataset = streaming("s3://lerobot/datasets/small")
-    assert isinstance(dataset.source, FsspecSource) and dataset.source.has_stable_identity
+def test_s3_epoch_equals_the_map_style_reader_on_the_local_copy(s3_root, local_dataset, num_workers):
+    dataset = streaming(s3_root)
+    expected = S3Source if isinstance(s3_root, str) else FsspecSource
+    assert type(dataset.source) is expected and dataset.source.has_stable_identity
     assert_epoch_matches_local(epoch_samples(dataset, num_workers=num_workers), local_dataset)
 
 
+def test_both_s3_paths_list_the_same_files_with_the_same_identities(s3_endpoint):
+    native, s3fs = open_source(S3_URL), open_source(S3_URL, storage_options=S3FS_OPTION)
+    assert isinstance(native, S3Source) and isinstance(s3fs, FsspecSource)
+    assert native.list_files() == s3fs.list_files()  # ETags alike: indexes cached by one serve the other
+    for info in native.list_files():
+        assert native.read_ranges(info.path, [(0, min(info.size, 100)), (info.size // 2, info.size)]) == (
+            s3fs.read_ranges(info.path, [(0, min(info.size, 100)), (info.size // 2, info.size)])
+        )
+
+
 def test_s3_identity_is_the_etag_and_indexes_are_cached(s3_endpoint, local_dataset):
-    source = open_source("s3://lerobot/datasets/small")
+    source = open_source(S3_URL)
     video = next(f for f in source.list_files("videos/"))
     assert video.fingerprint is not None and video.fingerprint.startswith("ETag:")
     from lerobot_nodes.format.meta import load_meta
 
     meta = load_meta(source)
     _, first = SidecarCache().open(source, meta.video_files())
-    _, second = SidecarCache().open(open_source("s3://lerobot/datasets/small"), meta.video_files())
+    _, second = SidecarCache().open(open_source(S3_URL, storage_options=S3FS_OPTION), meta.video_files())
     assert first.built and not second.built and second.reused == sorted(meta.video_files())
     assert b"testing" not in pickle.dumps(source)  # credentials come from the environment, not the pickle
+    copy = pickle.loads(pickle.dumps(source))
+    assert copy.read_file("meta/info.json") == source.read_file("meta/info.json")
 
 
-def test_an_s3_source_sent_to_another_process_opens_its_file_system_with_that_processs_session(s3_endpoint):
-    source = open_source("s3://lerobot/datasets/small")
+def test_an_s3fs_source_sent_to_another_process_opens_its_file_system_with_that_processs_session(s3_endpoint):
+    source = open_source(S3_URL, storage_options=S3FS_OPTION)
     assert source.fs.session is shared_session()
     copy = pickle.loads(pickle.dumps(source))
     assert copy.fs.session is shared_session()  # this process's: a worker's is the one it inherited
@@ -95,15 +123,16 @@ def test_s3_options_that_choose_a_session_or_a_listings_cache_keep_it(monkeypatc
     assert s3fs_options("memory://data", {}) == {}
 
 
-def test_an_s3_source_keeps_no_listing_in_fsspecs_cache(s3_endpoint):
-    source = open_source("s3://lerobot/datasets/small")
+def test_an_s3fs_source_keeps_no_listing_in_fsspecs_cache(s3_endpoint):
+    source = open_source(S3_URL, storage_options=S3FS_OPTION)
     assert len(source.list_files()) > 5
     assert len(source.fs.dircache) == 0
 
 
-def test_s3_missing_prefix_is_a_clear_error(s3_endpoint):
+@pytest.mark.parametrize("options", [None, S3FS_OPTION])
+def test_s3_missing_prefix_is_a_clear_error(s3_endpoint, options):
     with pytest.raises(SourceFileNotFoundError, match="s3://lerobot/datasets/nothing-here"):
-        open_source("s3://lerobot/datasets/nothing-here")
+        open_source("s3://lerobot/datasets/nothing-here", storage_options=options)
 
 
 def test_memory_store_has_no_stable_identity_and_rebuilds_indexes_every_open(local_dataset, caplog):

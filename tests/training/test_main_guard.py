@@ -3,8 +3,9 @@ one line saying to add the guard (``lerobot_nodes.workers.main_guard``), never w
 ``DataLoader worker (pid(s) ...) exited unexpectedly``.
 
 Each case runs ``scripts/unguarded_script.py`` in its own process over a local root and over an
-``s3://`` root on a real S3-compatible server (moto, read through s3fs, whose event-loop thread
-used to rule out a forked workers' server).
+``s3://`` root on a real S3-compatible server (moto; read natively: s3fs's event-loop thread used to
+rule out a forked workers' server, which ``scripts/worker_server_run.py`` still checks with a thread
+of its own).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def error_lines(stderr: str) -> list[str]:
 
 
 def test_an_unguarded_script_streams_with_workers(root_and_env):
-    # The dataset forks the workers' server before s3fs starts its thread: workers are copies of
-    # the script's process and never run the script again.
+    # The dataset forks the workers' server before any thread starts: workers are copies of the
+    # script's process and never run the script again.
     root, env = root_and_env
     done = run_script(root, env, "plain")
     assert done.returncode == 0, done.stderr[-3000:]

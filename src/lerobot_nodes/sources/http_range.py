@@ -160,14 +160,14 @@ _retry_after = retry_after_s
 class HttpRangeReader:
     """Reads byte ranges of files addressed by URL; thread-safe, picklable, fork-aware.
 
-    ``headers`` supplies the request headers of the URLs handed in (authorization, user
-    agent). They go to the origin of those URLs only, never to a redirect target on another
+    ``headers(url)`` supplies the request headers of a URL handed in (authorization, user agent, a
+    request signature). They go to the origin of those URLs only, never to a redirect target on another
     origin. Pickling keeps the options only: connections, cached redirects and statistics
     stay with the process that made them.
     """
 
     def __init__(
-        self, options: HttpOptions | None = None, headers: Callable[[], Mapping[str, str]] | None = None,
+        self, options: HttpOptions | None = None, headers: Callable[[str], Mapping[str, str]] | None = None,
         shared: LocationStore | None = None,
     ) -> None:
         self.options = options or HttpOptions()
@@ -316,7 +316,7 @@ class HttpRangeReader:
         self, url: str, target: str, start: int, end: int, size: int | None, name: str, received: bytearray,
         found: dict[str, str] | None,
     ) -> None:
-        headers = dict(self._headers() if self._headers is not None else {})
+        headers = dict(self._headers(target) if self._headers is not None else {})
         if _origin(target) != _origin(url):
             headers.pop("authorization", None)
             headers.pop("Authorization", None)

@@ -182,6 +182,8 @@ class HubRepoSource(ListedHttpSource):
     """A Hub dataset repo at one commit. ``revision`` (branch, tag, sha or ``None`` for LeRobot's
     codebase-version tag) is resolved to the commit sha once, here."""
 
+    credentials: HubCredentials
+
     def __init__(
         self,
         repo_id: str,
@@ -271,6 +273,8 @@ class HubRepoSource(ListedHttpSource):
 class HubBucketSource(ListedHttpSource):
     """A Hub storage bucket (or a folder of one). Identity: each object's ``xetHash`` from the
     listing taken here; metadata, Parquet and videos live under the same root."""
+
+    credentials: HubCredentials
 
     def __init__(
         self,

@@ -87,8 +87,8 @@ class HubCredentials:
         """What to pass as ``token=`` to huggingface_hub: the token, or ``False`` for none."""
         return self.token() or False
 
-    def __call__(self) -> dict[str, str]:
-        """The headers of a Hub request: user agent, and authorization when there is a token."""
+    def __call__(self, url: str = "") -> dict[str, str]:
+        """The headers of a Hub request (to ``url``, any): user agent, and authorization when there is a token."""
         with self._lock:
             if self._headers is None:
                 from huggingface_hub.utils import build_hf_headers

@@ -10,12 +10,12 @@ it). With a :class:`~.node_cache.LocationStore`, each file's redirect target is 
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .base import ByteRange, ByteSource, FileInfo
 from .file_cache import FileCache
 from .http_range import HttpOptions, HttpRangeReader, HttpStats
-from .hub_auth import HubCredentials
 from .listing import FileListing
 from .node_cache import LocationStore
 
@@ -29,7 +29,8 @@ class ListedHttpSource(ByteSource):
     caches_bytes = True
 
     def __init__(
-        self, files: list[FileInfo], credentials: HubCredentials, http: HttpOptions | None, cache_folder: Path | None,
+        self, files: list[FileInfo], credentials: Callable[[str], Mapping[str, str]], http: HttpOptions | None,
+        cache_folder: Path | None,
         locations: LocationStore | None = None,
     ) -> None:
         super().__init__()

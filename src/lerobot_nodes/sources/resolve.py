@@ -7,7 +7,9 @@ or a URL, become one :class:`ByteSource`; metadata and payloads then come from i
 - ``root="hf://datasets/OWNER/NAME[@REV]"``: the same as ``repo_id`` + ``revision``.
 - ``root="http(s)://HOST/PATH"``: a static HTTP server with Range support, read by the native
   range reader (files listed from the metadata, no credentials sent).
-- ``root`` with any other scheme (``s3://``, ``gs://``, ``memory://``, ...): fsspec; ``file://``
+- ``root="s3://BUCKET[/PREFIX]"``: read natively (:class:`~.s3.S3Source`: ListObjectsV2 at open,
+  SigV4-signed range reads), unless ``storage_options`` holds s3fs's own options: then fsspec.
+- ``root`` with any other scheme (``gs://``, ``memory://``, ...): fsspec; ``file://``
   and plain paths: the local folder. :func:`register_scheme` adds or replaces a scheme.
 """
 
@@ -29,6 +31,7 @@ from .http_root import HttpRootSource
 from .hub import HubBucketSource, HubRepoSource
 from .hub_auth import hub_offline
 from .local import LocalSource
+from .s3 import S3Source, reads_natively
 
 log = logging.getLogger("lerobot_nodes.sources")
 
@@ -78,6 +81,12 @@ def _open_fsspec(url: str, request: SourceRequest) -> ByteSource:
     return FsspecSource(url, request.storage_options)
 
 
+def _open_s3(url: str, request: SourceRequest) -> ByteSource:
+    if not reads_natively(request.storage_options):
+        return FsspecSource(url, request.storage_options)
+    return S3Source(url, request.storage_options, http=request.http)
+
+
 def _open_http(url: str, request: SourceRequest) -> ByteSource:
     if request.storage_options:
         raise ConfigError(f"{url}: plain http(s) roots take no storage_options (no credentials or custom headers "
@@ -89,6 +98,8 @@ register_scheme("hf", _open_hf)
 register_scheme("http", _open_http)
 register_scheme("https", _open_http)
 register_scheme("file", _open_file_url)
+register_scheme("s3", _open_s3)
+register_scheme("s3a", _open_s3)
 
 
 def open_source(

@@ -1,12 +1,14 @@
-"""One aiobotocore session per process for the ``s3://`` file systems this package opens (and no listings cache).
+"""One aiobotocore session per process for the ``s3://`` file systems this package opens through
+s3fs (and no listings cache): an :class:`~.fsspec_source.FsspecSource`, which ``s3://`` roots get
+only with s3fs's own ``storage_options`` (others are read natively: :mod:`.s3`).
 
 s3fs gives each file system a session of its own unless it is handed one, and a new session reads
 botocore's data for S3 (the service model, endpoint rules and partitions, parsed from JSON) when it
 creates its first client. Every DataLoader worker opens its own file system, so every worker paid
 that again. :func:`shared_session` is one session per process, and :func:`load_shared_session`
-reads its data; the dataset calls it before it forks the workers' server, so the training process,
-the server and every worker forked from it share those pages instead of each parsing a copy (per
-worker about 12 MB of private memory and 70 ms of CPU less: ``benchmarks/s3_session.py``).
+reads its data; called before a process forks, every process forked from it shares those pages
+instead of each parsing a copy (per worker about 12 MB of private memory and 70 ms of CPU less:
+``benchmarks/s3_session.py``).
 
 A session holds no connection and no credentials until a client asks for them: each process still
 resolves its own credentials and opens its own connections, as before.
@@ -91,16 +93,6 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def load_before_the_fork(root: object) -> None:
-    """:func:`load_shared_session` if a dataset ``root`` (or one of a mixture's roots) reads through
-    s3fs, so the process about to fork the workers' server shares its data with them. Leaves a
-    missing s3fs or aiobotocore to the error opening the root gives."""
-    roots = root if isinstance(root, (list, tuple)) else [root]
-    if any(reads_through_s3fs(part) for part in roots):
-        with contextlib.suppress(ImportError):
-            load_shared_session()
 
 
 def s3fs_options(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:

@@ -407,7 +407,7 @@ def start_before_threads(imports: Sequence[str] = ()) -> bool:
     return SERVER.forked
 
 
-NATIVE_SCHEMES = ("http", "https", "hf", "file")
+NATIVE_SCHEMES = ("http", "https", "hf", "file", "s3", "s3a")
 """Root schemes this package reads itself, not through an fsspec file system."""
 
 
