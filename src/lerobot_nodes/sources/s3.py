@@ -174,10 +174,6 @@ class S3Auth:
         frozen = provider.get_frozen_credentials()
         return S3Keys(frozen.access_key, frozen.secret_key, frozen.token or None)
 
-    @property
-    def signs(self) -> bool:
-        return self.keys() is not None
-
     def __call__(self, url: str) -> dict[str, str]:
         keys = self.keys()
         return {} if keys is None else signed_headers("GET", url, keys, self.region)
@@ -330,6 +326,7 @@ def _raise_for(response: Any, url: str, address: S3Address, auth: S3Auth) -> Non
     if response.status == 404:
         raise SourceFileNotFoundError(f"{url}: no such bucket or prefix ({said})")
     if response.status in (401, 403):
-        hint = "" if auth.signs else " (no AWS credentials were found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile)"
+        found_none = not auth.anonymous and auth.keys() is None
+        hint = " (no AWS credentials were found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile)" if found_none else ""
         raise SourceAuthError(f"{url}: access denied ({said}){hint}")
     raise SourceUnavailableError(f"listing {url}: {said}")
