@@ -22,7 +22,10 @@ class SourceFileNotFoundError(SourceError, FileNotFoundError):
 class SourceAuthError(SourceError, PermissionError):
     """The store refused the credentials (HTTP 401/403, a gated repo, fsspec permission errors)."""
 
-    hint = "make the HF token (HF_TOKEN or `hf auth login`) or the fsspec credentials available to every worker"
+    hint = (
+        "make the HF token (HF_TOKEN or `hf auth login`), the AWS credentials (AWS_ACCESS_KEY_ID... or a profile) "
+        "or the fsspec credentials available to every worker"
+    )
 
 
 class SourceUnavailableError(SourceError, ConnectionError):

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from lerobot_nodes.errors import ConfigError, SourceAuthError, SourceFileNotFoundError
 from lerobot_nodes.sources import FsspecSource, open_source
 from lerobot_nodes.sources import s3 as s3_module
-from lerobot_nodes.sources.s3 import S3Address, S3Auth, S3Source, reads_natively
+from lerobot_nodes.sources.s3 import S3Address, S3Auth, S3Source, bucket_region_answered, reads_natively
 from lerobot_nodes.sources.s3_signing import EMPTY_BODY_SHA256, S3Keys, amz_date, signed_headers
 from lerobot_nodes.testing import write_dataset
 from lerobot_nodes.testing.s3 import CREDENTIALS, LoopbackS3
@@ -203,3 +203,16 @@ def test_a_missing_bucket_or_prefix_is_one_clear_line(s3_env):
     with pytest.raises(SourceFileNotFoundError, match=r"^s3://no-such-bucket: no such bucket") as raised:
         open_source("s3://no-such-bucket")
     assert "\n" not in str(raised.value)
+
+
+def test_a_bucket_in_another_aws_region_is_found_from_the_answer():
+    """AWS's answers to a request sent to the wrong regional endpoint (as its documentation gives them)."""
+    moved = b"<Error><Code>PermanentRedirect</Code><Message>...</Message><Endpoint>robots.s3.eu-west-3.amazonaws.com</Endpoint></Error>"
+    assert bucket_region_answered(301, {"x-amz-bucket-region": "eu-west-3"}, moved) == "eu-west-3"
+    malformed = (
+        b"<Error><Code>AuthorizationHeaderMalformed</Code><Message>the region 'us-east-1' is wrong; expecting "
+        b"'ap-south-1'</Message><Region>ap-south-1</Region></Error>"
+    )
+    assert bucket_region_answered(400, {}, malformed) == "ap-south-1"
+    assert bucket_region_answered(403, {"x-amz-bucket-region": "eu-west-3"}, b"<Error/>") is None
+    assert bucket_region_answered(400, {}, b"not xml") is None

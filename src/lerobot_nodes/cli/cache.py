@@ -72,7 +72,7 @@ def index_items(root: Path | None = None) -> Iterator[CacheItem]:
 
 
 def meta_items(root: Path | None = None) -> Iterator[CacheItem]:
-    """The entries of ``$HF_LEROBOT_HOME/streaming-meta``: one per Hub commit, bucket and plain HTTP root."""
+    """The entries of ``$HF_LEROBOT_HOME/streaming-meta``: one per Hub commit, bucket, plain HTTP and S3 root."""
     root = root or default_file_cache_root()
     for entry in sorted(root.glob("datasets/*/*")):
         if entry.is_dir():
@@ -86,6 +86,10 @@ def meta_items(root: Path | None = None) -> Iterator[CacheItem]:
         if entry.is_dir():  # plain http(s) roots: one folder per URL, entries keyed by ETag or Last-Modified
             files = _entries(entry)
             yield CacheItem("meta", f"http root {entry.name}", "unpinned", len(files), _size(entry), entry)
+    for entry in sorted(root.glob("s3/*")):
+        if entry.is_dir():  # s3:// roots: one folder per endpoint, bucket and prefix, entries keyed by ETag
+            files = _entries(entry)
+            yield CacheItem("meta", f"s3 root {entry.name}", "unpinned", len(files), _size(entry), entry)
     hub = root / "hub"
     if hub.is_dir():  # Hub answers shared by a node's processes: revisions, refs, redirect targets
         yield CacheItem("meta", "Hub answers", "shared", len(_entries(hub, recursive=True)), _size(hub), hub)

@@ -27,6 +27,7 @@ instead (:class:`~.fsspec_source.FsspecSource`), as before.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import xml.etree.ElementTree as ElementTree
@@ -230,7 +231,8 @@ class S3Source(ListedHttpSource):
         auth.region = address.signing_region
         self.address = address
         cache = Path(cache_root) if cache_root is not None else default_file_cache_root()
-        super().__init__(files, auth, http, cache / "s3" / slug(f"{address.endpoint or 'aws'}/{address.bucket}/{address.prefix}"))
+        where = address.endpoint.split("://", 1)[-1] if address.endpoint else "aws"
+        super().__init__(files, auth, http, cache / "s3" / slug(f"{where}/{address.bucket}/{address.prefix}"))
         self._add_api_stats(stats)
 
     @property
@@ -312,16 +314,27 @@ def _parse(body: bytes, url: str) -> ElementTree.Element:
         raise SourceError(f"listing {url}: the server's answer is not S3 XML ({error})") from None
 
 
+def bucket_region_answered(status: int, headers: Mapping[str, str], body: bytes) -> str | None:
+    """The bucket's region when AWS answered a request sent to another region's endpoint: a 301
+    (PermanentRedirect) or 400 (AuthorizationHeaderMalformed) naming it in ``x-amz-bucket-region``
+    or in the error's ``Region``; else None."""
+    if status not in (301, 400):
+        return None
+    region = headers.get("x-amz-bucket-region")
+    if not region:
+        with contextlib.suppress(ElementTree.ParseError):
+            region = ElementTree.fromstring(body).findtext("Region")
+    return region or None
+
+
 def _raise_for(response: Any, url: str, address: S3Address, auth: S3Auth) -> None:
+    region = bucket_region_answered(response.status, response.headers, response.data)
+    if region and address.endpoint is None and region != address.signing_region:
+        raise _WrongRegion(region)
     code, message = "", ""
-    try:
+    with contextlib.suppress(ElementTree.ParseError):
         error = ElementTree.fromstring(response.data)
         code, message = error.findtext("Code") or "", error.findtext("Message") or ""
-    except ElementTree.ParseError:
-        pass
-    region = response.headers.get("x-amz-bucket-region")
-    if region and address.endpoint is None and region != address.signing_region and response.status in (301, 400):
-        raise _WrongRegion(region)
     said = f"HTTP {response.status}" + (f" {code}: {message}" if code else "")
     if response.status == 404:
         raise SourceFileNotFoundError(f"{url}: no such bucket or prefix ({said})")
