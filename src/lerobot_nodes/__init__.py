@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         HubBucketSource,
         HubRepoSource,
         LocalSource,
+        S3Source,
         open_source,
     )
 
@@ -71,6 +72,7 @@ _LAZY: dict[str, str] = {
     "HubBucketSource": ".sources",
     "HubRepoSource": ".sources",
     "LocalSource": ".sources",
+    "S3Source": ".sources",
     "open_source": ".sources",
 }
 """Public name -> the module it is imported from on first use."""
@@ -102,6 +104,7 @@ __all__ = [
     "MapStyleLeRobotDataset",
     "MetadataError",
     "PublishNotSupportedError",
+    "S3Source",
     "SidecarError",
     "SidecarFormatError",
     "SidecarLockTimeoutError",

@@ -10,6 +10,7 @@ from .hub import HubBucketSource, HubRepoSource
 from .local import LocalSource
 from .range_cache import ByteRangeCache
 from .resolve import open_source, register_scheme
+from .s3 import S3Source
 
 __all__ = [
     "ByteRange",
@@ -24,6 +25,7 @@ __all__ = [
     "HubRepoSource",
     "LocalSource",
     "ReadStats",
+    "S3Source",
     "open_source",
     "register_scheme",
 ]

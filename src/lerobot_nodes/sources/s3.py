@@ -31,7 +31,7 @@ import contextlib
 import os
 import threading
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,26 +258,25 @@ def _list(
         timeout=urllib3.Timeout(connect=http.connect_timeout_s, read=http.timeout_s),
     )
     try:
-        try:
-            return list(_pages(address, auth, pool, stats, url)), address
-        except _WrongRegion as moved:
-            address = address.with_region(moved.region)
+        listed = _pages(address, auth, pool, stats, url)
+        if isinstance(listed, str):  # the bucket is in another AWS region: list it there
+            address = address.with_region(listed)
             auth.region = address.signing_region
-            return list(_pages(address, auth, pool, stats, url)), address
+            listed = _pages(address, auth, pool, stats, url)
+        if isinstance(listed, str):
+            raise SourceUnavailableError(f"listing {url}: AWS sent it to region {listed} twice")
+        return listed, address
     finally:
         pool.clear()
 
 
-class _WrongRegion(Exception):
-    def __init__(self, region: str) -> None:
-        super().__init__(region)
-        self.region = region
-
-
-def _pages(address: S3Address, auth: S3Auth, pool: urllib3.PoolManager, stats: HttpStats, url: str) -> Iterator[FileInfo]:
+def _pages(
+    address: S3Address, auth: S3Auth, pool: urllib3.PoolManager, stats: HttpStats, url: str
+) -> list[FileInfo] | str:
+    """Every object under the prefix, or the bucket's region when AWS says it is in another one."""
     prefix = f"{address.prefix}/" if address.prefix else ""
+    files: list[FileInfo] = []
     token: str | None = None
-    found = False
     while True:
         query = {"list-type": "2", "prefix": prefix, "max-keys": str(LIST_PAGE)}
         if token:
@@ -290,7 +289,10 @@ def _pages(address: S3Address, auth: S3Auth, pool: urllib3.PoolManager, stats: H
         stats.api_requests += 1
         stats.retries += len(response.retries.history) if response.retries is not None else 0
         if response.status != 200:
-            _raise_for(response, url, address, auth)
+            region = bucket_region_answered(response.status, response.headers, response.data)
+            if region and address.endpoint is None and region != address.signing_region:
+                return region
+            _raise_for(response, url, auth)
         root = _parse(response.data, url)
         for item in root.iter(f"{S3_NAMESPACE}Contents"):
             key = item.findtext(f"{S3_NAMESPACE}Key") or ""
@@ -298,13 +300,13 @@ def _pages(address: S3Address, auth: S3Auth, pool: urllib3.PoolManager, stats: H
                 continue  # a folder marker
             etag = (item.findtext(f"{S3_NAMESPACE}ETag") or "").strip('"')
             size = int(item.findtext(f"{S3_NAMESPACE}Size") or 0)
-            found = True
-            yield FileInfo(key[len(prefix):], size, f"{ETAG}:{etag}" if etag else None)
+            files.append(FileInfo(key[len(prefix):], size, f"{ETAG}:{etag}" if etag else None))
         token = root.findtext(f"{S3_NAMESPACE}NextContinuationToken")
         if root.findtext(f"{S3_NAMESPACE}IsTruncated") != "true" or not token:
             break
-    if not found:
+    if not files:
         raise SourceFileNotFoundError(f"{url} holds no files (or does not exist)")
+    return files
 
 
 def _parse(body: bytes, url: str) -> ElementTree.Element:
@@ -327,10 +329,7 @@ def bucket_region_answered(status: int, headers: Mapping[str, str], body: bytes)
     return region or None
 
 
-def _raise_for(response: Any, url: str, address: S3Address, auth: S3Auth) -> None:
-    region = bucket_region_answered(response.status, response.headers, response.data)
-    if region and address.endpoint is None and region != address.signing_region:
-        raise _WrongRegion(region)
+def _raise_for(response: Any, url: str, auth: S3Auth) -> None:
     code, message = "", ""
     with contextlib.suppress(ElementTree.ParseError):
         error = ElementTree.fromstring(response.data)
