@@ -8,7 +8,7 @@ and takes one batch: "first batch" runs from just before the dataset is construc
 hand, as a training script meets it (no ``start_worker_context()`` call unless the side is named
 ``NAME+context``, e.g. ``before+context=/tmp/h4-before/src``). The sides alternate within each run,
 locally and over S3: a moto S3 server on 127.0.0.1 started here (as tests/remote do) holding a copy of
-the dataset, read as ``s3://`` through s3fs. ``--cache cold`` gives every process an empty LeRobot home
+the dataset, read as ``s3://``. ``--cache cold`` gives every process an empty LeRobot home
 (its MP4 indexes are built, no byte is cached); ``warm`` shares one home per side, filled by an
 unrecorded first process. Also recorded: the CPU seconds of the process tree (trainer, workers'
 server, workers) over the same span, its PSS at the first batch, and how the workers' server started
