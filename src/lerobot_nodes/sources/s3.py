@@ -48,7 +48,7 @@ from ..errors import (
 )
 from .base import FileInfo
 from .file_cache import default_file_cache_root, slug
-from .http_range import HttpOptions, HttpStats
+from .http_range import RETRYABLE_STATUS, HttpOptions, HttpStats
 from .listed import ListedHttpSource
 from .s3_signing import S3Keys, signed_headers
 
@@ -227,8 +227,7 @@ class S3Source(ListedHttpSource):
             address = address.with_region(_profile_region(options.get("profile")))
         auth = S3Auth.of(options, address.signing_region)
         stats = HttpStats()
-        files, address = _list(address, auth, http or HttpOptions(), stats, self._url)
-        auth.region = address.signing_region
+        files, address = _list(address, auth, http or HttpOptions(), stats, self._url)  # auth signs for its region
         self.address = address
         cache = Path(cache_root) if cache_root is not None else default_file_cache_root()
         where = address.endpoint.split("://", 1)[-1] if address.endpoint else "aws"
@@ -252,7 +251,7 @@ def _list(
         num_pools=2,
         retries=urllib3.Retry(
             total=http.retries, backoff_factor=http.backoff_s, backoff_max=http.backoff_max_s,
-            status_forcelist=(429, 500, 502, 503, 504), allowed_methods=("GET",), respect_retry_after_header=True,
+            status_forcelist=RETRYABLE_STATUS, allowed_methods=("GET",), respect_retry_after_header=True,
             redirect=False, raise_on_status=False,
         ),
         timeout=urllib3.Timeout(connect=http.connect_timeout_s, read=http.timeout_s),
